@@ -1,0 +1,192 @@
+/* tpuc.h — the public API of tpuc's C core.
+ *
+ * The core loads a PJRT plugin, owns the plugin's client and its devices,
+ * moves data between host and device, compiles StableHLO text into cached
+ * executables and runs them. It knows nothing of PyTorch: the C++ glue in
+ * csrc/torch/ and the Python package are its clients, and so is any C program.
+ *
+ * Conventions
+ * - Opaque handles, `tpuc_` prefix. Every create has a destroy (or release,
+ *   for reference-counted handles).
+ * - A call that can fail returns `tpuc_status*`: NULL on success, otherwise a
+ *   status the caller owns and frees with tpuc_status_destroy(). The core never
+ *   aborts or exits on a reachable path.
+ * - Every function may be called from any thread: the runtime serialises what
+ *   must be serialised.
+ */
+#ifndef TPUC_H
+#define TPUC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPUC_VERSION "0.1.0"
+#define TPUC_MAX_DIMS 16
+
+/* ---- status ------------------------------------------------------------ */
+
+typedef enum {
+  TPUC_OK = 0,
+  TPUC_ERR_INVALID_ARGUMENT, /* bad input from the caller */
+  TPUC_ERR_PLUGIN,           /* the plugin cannot be found, loaded or used */
+  TPUC_ERR_UNIMPLEMENTED,    /* the plugin or the core lacks a feature */
+  TPUC_ERR_OUT_OF_MEMORY,    /* host or device memory is exhausted */
+  TPUC_ERR_COMPILE,          /* the plugin rejected a program */
+  TPUC_ERR_RUNTIME,          /* a device computation or transfer failed */
+  TPUC_ERR_INTERNAL          /* a bug in tpuc */
+} tpuc_code;
+
+typedef struct tpuc_status tpuc_status;
+
+tpuc_code tpuc_status_code(const tpuc_status *s);
+const char *tpuc_status_message(const tpuc_status *s);
+void tpuc_status_destroy(tpuc_status *s);
+
+/* ---- element types ----------------------------------------------------- */
+
+typedef enum {
+  TPUC_PRED = 0, TPUC_S8, TPUC_S16, TPUC_S32, TPUC_S64, TPUC_U8, TPUC_U16,
+  TPUC_U32, TPUC_U64, TPUC_F16, TPUC_BF16, TPUC_F32, TPUC_F64, TPUC_C64,
+  TPUC_C128, TPUC_DTYPE_COUNT
+} tpuc_dtype;
+
+size_t tpuc_dtype_size(tpuc_dtype t);
+/* The StableHLO element type name ("f32", "i1", "ui8", "complex<f32>"...). */
+const char *tpuc_dtype_mlir_name(tpuc_dtype t);
+
+/* ---- runtime ----------------------------------------------------------- */
+
+typedef struct tpuc_runtime tpuc_runtime;
+
+typedef struct {
+  /* Path of the PJRT plugin. NULL: $TPUC_PJRT_PLUGIN. */
+  const char *plugin_path;
+  /* Devices the XLA CPU plugin creates; 0: $TPUC_CPU_DEVICE_COUNT, else 1.
+   * Ignored by other plugins. */
+  int cpu_device_count;
+} tpuc_runtime_options;
+
+/* Loads the plugin (once per process; plugins are never unloaded), creates a
+ * client and lists its addressable devices. */
+tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime **out);
+/* Destroys the client. Every buffer and executable of the runtime must have
+ * been released before. */
+void tpuc_runtime_destroy(tpuc_runtime *rt);
+
+typedef struct {
+  const char *plugin_path;
+  const char *platform_name;    /* "cpu", "tpu", "cuda" ... */
+  const char *platform_version; /* as the plugin reports it */
+  int pjrt_api_major, pjrt_api_minor;
+  int64_t xla_version;          /* -1 when the plugin does not say */
+  int64_t stablehlo_current[3]; /* -1 when the plugin does not say */
+  int64_t stablehlo_minimum[3];
+  int device_count;
+} tpuc_runtime_info;
+
+/* Strings stay valid for the runtime's lifetime. */
+void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out);
+
+typedef struct {
+  int id;                  /* the plugin's global device id */
+  int local_index;         /* tpuc's index: 0 .. device_count-1 */
+  const char *kind;        /* e.g. "cpu", "TPU v5 lite" */
+  const char *description; /* the plugin's debug string */
+} tpuc_device_info;
+
+tpuc_status *tpuc_device_info_get(const tpuc_runtime *rt, int device, tpuc_device_info *out);
+
+/* tpuc's own accounting of live device bytes (buffers it created). */
+typedef struct {
+  int64_t bytes_in_use;
+  int64_t peak_bytes_in_use;
+  int64_t num_buffers;
+  int64_t num_allocs; /* buffers ever created on the device */
+} tpuc_memory_stats;
+
+tpuc_status *tpuc_memory_stats_get(tpuc_runtime *rt, int device, tpuc_memory_stats *out);
+tpuc_status *tpuc_memory_reset_peak(tpuc_runtime *rt, int device);
+
+typedef struct {
+  int64_t executions;      /* programs launched */
+  int64_t compiles;        /* programs compiled by the plugin */
+  int64_t cache_hits;      /* compile requests served from the cache */
+  int64_t cache_misses;    /* compile requests that compiled */
+  double compile_seconds;  /* wall time spent in the plugin's compiler */
+  int64_t cached_executables;
+} tpuc_runtime_stats;
+
+void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out);
+
+/* ---- buffers ----------------------------------------------------------- */
+
+/* A buffer is immutable device data of one dtype and shape. Reference
+ * counted: created with one reference; tpuc_buffer_release drops one and
+ * destroys the buffer at zero. */
+typedef struct tpuc_buffer tpuc_buffer;
+
+/* Copies `data` (dense, row-major) to `device`. The data may be freed as soon
+ * as the call returns. */
+tpuc_status *tpuc_buffer_from_host(tpuc_runtime *rt, int device, tpuc_dtype dtype,
+                                   const int64_t *dims, int ndim, const void *data,
+                                   tpuc_buffer **out);
+/* Copies the buffer to `dst` (dense, row-major, `nbytes` =
+ * tpuc_buffer_nbytes). Waits for the data; returns the device error that
+ * produced the buffer if there was one. */
+tpuc_status *tpuc_buffer_to_host(tpuc_buffer *b, void *dst, size_t nbytes);
+/* Waits until the buffer's data is ready; returns its error if it failed. */
+tpuc_status *tpuc_buffer_await(tpuc_buffer *b);
+/* True when the data is ready (or failed). */
+bool tpuc_buffer_is_ready(tpuc_buffer *b);
+
+typedef void (*tpuc_ready_fn)(tpuc_status *status, void *user);
+/* Calls fn once the buffer is ready, possibly on a plugin thread, possibly
+ * before this returns. fn owns `status` (NULL on success). */
+tpuc_status *tpuc_buffer_on_ready(tpuc_buffer *b, tpuc_ready_fn fn, void *user);
+
+tpuc_buffer *tpuc_buffer_retain(tpuc_buffer *b);
+void tpuc_buffer_release(tpuc_buffer *b);
+
+tpuc_dtype tpuc_buffer_dtype(const tpuc_buffer *b);
+int tpuc_buffer_ndim(const tpuc_buffer *b);
+const int64_t *tpuc_buffer_dims(const tpuc_buffer *b);
+int64_t tpuc_buffer_numel(const tpuc_buffer *b);
+size_t tpuc_buffer_nbytes(const tpuc_buffer *b);
+int tpuc_buffer_device(const tpuc_buffer *b);
+
+/* ---- programs ---------------------------------------------------------- */
+
+/* A compiled program, loaded on the client. Reference counted; the runtime's
+ * cache holds one reference of its own. */
+typedef struct tpuc_executable tpuc_executable;
+
+/* Compiles StableHLO text (a `module` with a public `func.func @main`), or
+ * returns the cached executable for the same text, compile options, platform
+ * and plugin version. On a parse or compile failure the status carries the
+ * plugin's message. */
+tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *mlir, size_t len, tpuc_executable **out);
+
+tpuc_executable *tpuc_executable_retain(tpuc_executable *e);
+void tpuc_executable_release(tpuc_executable *e);
+
+int tpuc_executable_num_outputs(const tpuc_executable *e);
+tpuc_dtype tpuc_executable_output_dtype(const tpuc_executable *e, int i);
+int tpuc_executable_output_ndim(const tpuc_executable *e, int i);
+const int64_t *tpuc_executable_output_dims(const tpuc_executable *e, int i);
+
+/* Runs `e` on `device` with `nargs` argument buffers (all on that device).
+ * On success outs[0..num_outputs-1] receive new buffers (one reference each).
+ * Asynchronous: the outputs may still be computing; reading them waits. With
+ * `wait` set, the call waits for completion and returns the device error. */
+tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *args,
+                          int nargs, tpuc_buffer **outs, bool wait);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPUC_H */

@@ -1,0 +1,317 @@
+/* compile.c — StableHLO text -> loaded executable, through an in-memory cache.
+ *
+ * The cache key is a hash of (program text, compile options, platform name,
+ * platform version, PJRT API version); a hit also compares the full text, so
+ * a hash collision can never return the wrong program. Each executable
+ * records its output dtypes and shapes once, so that running it needs no
+ * further queries to the plugin. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* ---- compile options ---------------------------------------------------
+ * xla.CompileOptionsProto, hand-encoded (protobuf wire format):
+ *   field 3 executable_build_options { field 4 num_replicas, 5 num_partitions }
+ *   field 4 compile_portable_executable
+ * A portable executable is not bound to a device: tpuc picks the device at
+ * execution time, so one executable serves every device of the client. */
+typedef struct {
+  unsigned char bytes[64];
+  size_t len;
+} proto_buf;
+
+static void put_varint(proto_buf *b, uint64_t v) {
+  while (v >= 0x80 && b->len < sizeof b->bytes) {
+    b->bytes[b->len++] = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  if (b->len < sizeof b->bytes) b->bytes[b->len++] = (unsigned char)v;
+}
+
+static void put_key(proto_buf *b, unsigned field, unsigned wire) { put_varint(b, field << 3 | wire); }
+
+static void encode_compile_options(proto_buf *out, int replicas, int partitions, bool portable) {
+  proto_buf build = {{0}, 0};
+  put_key(&build, 4, 0);
+  put_varint(&build, (uint64_t)replicas);
+  put_key(&build, 5, 0);
+  put_varint(&build, (uint64_t)partitions);
+  out->len = 0;
+  if (portable) {
+    put_key(out, 4, 0);
+    put_varint(out, 1);
+  }
+  put_key(out, 3, 2);
+  put_varint(out, build.len);
+  memcpy(out->bytes + out->len, build.bytes, build.len);
+  out->len += build.len;
+}
+
+/* ---- hashing ---- */
+uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed) {
+  const unsigned char *p = data;
+  uint64_t h = seed ^ 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < len; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* ---- the cache ---- */
+struct tpuc_cache_entry {
+  uint64_t key;
+  char *text;
+  size_t len;
+  tpuc_executable *exe;
+  tpuc_cache_entry *next;
+};
+
+static uint64_t program_key(const tpuc_runtime *rt, const char *text, size_t len,
+                            const proto_buf *opts) {
+  uint64_t h = tpuc_hash64(text, len, 0);
+  h = tpuc_hash64(opts->bytes, opts->len, h);
+  h = tpuc_hash64(rt->platform_name, strlen(rt->platform_name), h);
+  h = tpuc_hash64(rt->platform_version, strlen(rt->platform_version), h);
+  int v[2] = {rt->plugin.api_major, rt->plugin.api_minor};
+  return tpuc_hash64(v, sizeof v, h);
+}
+
+static tpuc_executable *cache_find(tpuc_runtime *rt, uint64_t key, const char *text, size_t len) {
+  if (!rt->cache_nbuckets) return NULL;
+  for (tpuc_cache_entry *e = rt->cache_buckets[key % rt->cache_nbuckets]; e; e = e->next)
+    if (e->key == key && e->len == len && !memcmp(e->text, text, len)) return e->exe;
+  return NULL;
+}
+
+static bool cache_grow(tpuc_runtime *rt) {
+  size_t n = rt->cache_nbuckets ? rt->cache_nbuckets * 2 : 64;
+  tpuc_cache_entry **nb = calloc(n, sizeof *nb);
+  if (!nb) return false;
+  for (size_t i = 0; i < rt->cache_nbuckets; i++)
+    for (tpuc_cache_entry *e = rt->cache_buckets[i], *next; e; e = next) {
+      next = e->next;
+      e->next = nb[e->key % n];
+      nb[e->key % n] = e;
+    }
+  free(rt->cache_buckets);
+  rt->cache_buckets = nb;
+  rt->cache_nbuckets = n;
+  return true;
+}
+
+static void cache_insert(tpuc_runtime *rt, uint64_t key, const char *text, size_t len,
+                         tpuc_executable *exe) {
+  if (rt->cache_count >= rt->cache_nbuckets && !cache_grow(rt) && !rt->cache_nbuckets) return;
+  tpuc_cache_entry *e = malloc(sizeof *e);
+  char *copy = malloc(len ? len : 1);
+  if (!e || !copy) { /* not cached: still correct, only slower */
+    free(e);
+    free(copy);
+    return;
+  }
+  memcpy(copy, text, len);
+  e->key = key;
+  e->text = copy;
+  e->len = len;
+  e->exe = tpuc_executable_retain(exe);
+  size_t b = key % rt->cache_nbuckets;
+  e->next = rt->cache_buckets[b];
+  rt->cache_buckets[b] = e;
+  rt->cache_count++;
+}
+
+void tpuc_cache_clear(tpuc_runtime *rt) {
+  pthread_mutex_lock(&rt->cache_lock);
+  for (size_t i = 0; i < rt->cache_nbuckets; i++) {
+    for (tpuc_cache_entry *e = rt->cache_buckets[i], *next; e; e = next) {
+      next = e->next;
+      tpuc_executable_release(e->exe);
+      free(e->text);
+      free(e);
+    }
+    rt->cache_buckets[i] = NULL;
+  }
+  rt->cache_count = 0;
+  pthread_mutex_unlock(&rt->cache_lock);
+}
+
+/* ---- executables ---- */
+static tpuc_status *describe_outputs(tpuc_runtime *rt, tpuc_executable *x) {
+  const tpuc_plugin *p = &rt->plugin;
+  PJ_FN(p, PJ_SLOT_LOADED_EXECUTABLE_GET_EXECUTABLE, pj_loaded_executable_get_executable_args, get_exe);
+  PJ_FN(p, PJ_SLOT_EXECUTABLE_NUM_OUTPUTS, pj_executable_num_outputs_args, nout);
+  PJ_FN(p, PJ_SLOT_EXECUTABLE_OUTPUT_ELEMENT_TYPES, pj_executable_output_types_args, out_types);
+  PJ_FN(p, PJ_SLOT_EXECUTABLE_OUTPUT_DIMENSIONS, pj_executable_output_dims_args, out_dims);
+  PJ_FN(p, PJ_SLOT_EXECUTABLE_DESTROY, pj_executable_destroy_args, destroy);
+
+  pj_loaded_executable_get_executable_args g = {0};
+  g.struct_size = PJ_SIZE(pj_loaded_executable_get_executable_args, executable);
+  g.loaded_executable = x->exe;
+  tpuc_status *s = tpuc_plugin_error(p, get_exe(&g), "PJRT_LoadedExecutable_GetExecutable");
+  if (s) return s;
+
+  pj_executable_num_outputs_args n = {0};
+  n.struct_size = PJ_SIZE(pj_executable_num_outputs_args, num_outputs);
+  n.executable = g.executable;
+  pj_executable_output_types_args t = {0};
+  t.struct_size = PJ_SIZE(pj_executable_output_types_args, num_output_types);
+  t.executable = g.executable;
+  pj_executable_output_dims_args d = {0};
+  d.struct_size = PJ_SIZE(pj_executable_output_dims_args, dim_sizes);
+  d.executable = g.executable;
+  s = tpuc_plugin_error(p, nout(&n), "PJRT_Executable_NumOutputs");
+  if (!s) s = tpuc_plugin_error(p, out_types(&t), "PJRT_Executable_OutputElementTypes");
+  if (!s) s = tpuc_plugin_error(p, out_dims(&d), "PJRT_Executable_OutputDimensions");
+  if (!s && (t.num_output_types != n.num_outputs || d.num_outputs != n.num_outputs))
+    s = tpuc_status_make(TPUC_ERR_PLUGIN, "the plugin reports inconsistent output counts");
+  if (!s) {
+    x->num_outputs = (int)n.num_outputs;
+    size_t k = n.num_outputs ? n.num_outputs : 1;
+    x->out_dtypes = calloc(k, sizeof *x->out_dtypes);
+    x->out_ndims = calloc(k, sizeof *x->out_ndims);
+    x->out_dims = calloc(k, sizeof *x->out_dims);
+    if (!x->out_dtypes || !x->out_ndims || !x->out_dims)
+      s = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  size_t pos = 0;
+  for (int i = 0; !s && i < x->num_outputs; i++) {
+    if (!tpuc_dtype_from_pjrt(t.output_types[i], &x->out_dtypes[i]))
+      s = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "output %d has an element type (%d) tpuc does "
+                           "not support", i, (int)t.output_types[i]);
+    else if (d.dim_sizes[i] > TPUC_MAX_DIMS)
+      s = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "output %d has rank %zu > %d", i,
+                           d.dim_sizes[i], TPUC_MAX_DIMS);
+    else {
+      x->out_ndims[i] = (int)d.dim_sizes[i];
+      memcpy(x->out_dims[i], d.dims + pos, d.dim_sizes[i] * sizeof(int64_t));
+      pos += d.dim_sizes[i];
+    }
+  }
+  pj_executable_destroy_args da = {0};
+  da.struct_size = PJ_SIZE(pj_executable_destroy_args, executable);
+  da.executable = g.executable;
+  tpuc_status_destroy(tpuc_plugin_error(p, destroy(&da), NULL));
+  return s;
+}
+
+static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t len,
+                                     const proto_buf *opts, tpuc_executable **out) {
+  const tpuc_plugin *p = &rt->plugin;
+  PJ_FN(p, PJ_SLOT_CLIENT_COMPILE, pj_client_compile_args, compile);
+  pj_program prog = {0};
+  prog.struct_size = PJ_SIZE(pj_program, format_size);
+  prog.code = (char *)text;
+  prog.code_size = len;
+  prog.format = "mlir";
+  prog.format_size = 4;
+  pj_client_compile_args a = {0};
+  a.struct_size = PJ_SIZE(pj_client_compile_args, executable);
+  a.client = rt->client;
+  a.program = &prog;
+  a.compile_options = (const char *)opts->bytes;
+  a.compile_options_size = opts->len;
+
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pj_error *err = compile(&a);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  pthread_mutex_lock(&rt->cache_lock);
+  rt->compile_seconds += secs;
+  if (!err) rt->compiles++;
+  pthread_mutex_unlock(&rt->cache_lock);
+  tpuc_status *s = tpuc_plugin_error(p, err, "compiling StableHLO");
+  if (s) {
+    if (tpuc_status_code(s) != TPUC_ERR_OUT_OF_MEMORY) {
+      tpuc_status *c = tpuc_status_make(TPUC_ERR_COMPILE, "%s", tpuc_status_message(s));
+      tpuc_status_destroy(s);
+      s = c;
+    }
+    return s;
+  }
+  tpuc_executable *x = calloc(1, sizeof *x);
+  if (!x) {
+    pj_loaded_executable_destroy_args d = {0};
+    d.struct_size = PJ_SIZE(pj_loaded_executable_destroy_args, executable);
+    d.executable = a.executable;
+    pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_LOADED_EXECUTABLE_DESTROY);
+    if (destroy) tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
+    return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  atomic_init(&x->refs, 1);
+  x->rt = rt;
+  x->exe = a.executable;
+  atomic_fetch_add(&rt->live_objects, 1);
+  if ((s = describe_outputs(rt, x))) {
+    tpuc_executable_release(x);
+    return s;
+  }
+  *out = x;
+  return NULL;
+}
+
+tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *text, size_t len, tpuc_executable **out) {
+  *out = NULL;
+  if (!text || !len)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tpuc_compile: empty program");
+  proto_buf opts;
+  encode_compile_options(&opts, 1, 1, true);
+  uint64_t key = program_key(rt, text, len, &opts);
+
+  pthread_mutex_lock(&rt->cache_lock);
+  tpuc_executable *hit = cache_find(rt, key, text, len);
+  if (hit) {
+    rt->cache_hits++;
+    *out = tpuc_executable_retain(hit);
+  } else {
+    rt->cache_misses++;
+  }
+  pthread_mutex_unlock(&rt->cache_lock);
+  if (hit) return NULL;
+
+  /* Compile outside the lock: compiles may take seconds, and other threads
+   * may keep running cached programs meanwhile. Two threads compiling the
+   * same text both succeed; the first insert wins. */
+  tpuc_executable *x = NULL;
+  tpuc_status *s = compile_uncached(rt, text, len, &opts, &x);
+  if (s) return s;
+  pthread_mutex_lock(&rt->cache_lock);
+  tpuc_executable *raced = cache_find(rt, key, text, len);
+  if (raced) {
+    tpuc_executable_release(x);
+    x = tpuc_executable_retain(raced);
+  } else {
+    cache_insert(rt, key, text, len, x);
+  }
+  pthread_mutex_unlock(&rt->cache_lock);
+  *out = x;
+  return NULL;
+}
+
+tpuc_executable *tpuc_executable_retain(tpuc_executable *e) {
+  if (e) atomic_fetch_add(&e->refs, 1);
+  return e;
+}
+
+void tpuc_executable_release(tpuc_executable *e) {
+  if (!e || atomic_fetch_sub(&e->refs, 1) != 1) return;
+  const tpuc_plugin *p = &e->rt->plugin;
+  pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_LOADED_EXECUTABLE_DESTROY);
+  pj_loaded_executable_destroy_args d = {0};
+  d.struct_size = PJ_SIZE(pj_loaded_executable_destroy_args, executable);
+  d.executable = e->exe;
+  if (destroy) tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
+  atomic_fetch_sub(&e->rt->live_objects, 1);
+  free(e->out_dtypes);
+  free(e->out_ndims);
+  free(e->out_dims);
+  free(e);
+}
+
+int tpuc_executable_num_outputs(const tpuc_executable *e) { return e->num_outputs; }
+tpuc_dtype tpuc_executable_output_dtype(const tpuc_executable *e, int i) { return e->out_dtypes[i]; }
+int tpuc_executable_output_ndim(const tpuc_executable *e, int i) { return e->out_ndims[i]; }
+const int64_t *tpuc_executable_output_dims(const tpuc_executable *e, int i) { return e->out_dims[i]; }

@@ -1,0 +1,88 @@
+/* execute.c — launching a compiled program on one device.
+ *
+ * Launches are asynchronous: PJRT returns the output buffers at once and the
+ * host waits only when it reads them (or, with `wait`, right here, which is
+ * how debug mode reports a device error at the op that caused it). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SMALL 16
+
+tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *args, int nargs,
+                          tpuc_buffer **outs, bool wait) {
+  tpuc_runtime *rt = e->rt;
+  const tpuc_plugin *p = &rt->plugin;
+  if (device < 0 || device >= rt->device_count)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "device index %d is out of range: %d device(s) available", device,
+                            rt->device_count);
+  for (int i = 0; i < nargs; i++)
+    if (!args[i] || args[i]->device != device)
+      return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                              "argument %d is %s device %d; the program runs on device %d", i,
+                              args[i] ? "on" : "missing, not on", args[i] ? args[i]->device : -1,
+                              device);
+  PJ_FN(p, PJ_SLOT_LOADED_EXECUTABLE_EXECUTE, pj_execute_args, execute);
+
+  pj_buffer *arg_small[SMALL], *out_small[SMALL];
+  pj_buffer **arg_bufs = nargs <= SMALL ? arg_small : malloc((size_t)nargs * sizeof *arg_bufs);
+  pj_buffer **out_bufs =
+      e->num_outputs <= SMALL ? out_small : malloc((size_t)e->num_outputs * sizeof *out_bufs);
+  tpuc_status *s = NULL;
+  if (!arg_bufs || !out_bufs) {
+    s = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < nargs; i++) arg_bufs[i] = args[i]->buf;
+  for (int i = 0; i < e->num_outputs; i++) out_bufs[i] = NULL;
+
+  pj_execute_options opts = {0};
+  opts.struct_size = PJ_SIZE(pj_execute_options, num_custom_options);
+  pj_buffer *const *arg_lists[1] = {arg_bufs};
+  pj_buffer **out_lists[1] = {out_bufs};
+  pj_event *complete[1] = {NULL};
+
+  pj_execute_args a = {0};
+  a.struct_size = PJ_SIZE(pj_execute_args, execute_device);
+  a.executable = e->exe;
+  a.options = &opts;
+  a.argument_lists = arg_lists;
+  a.num_devices = 1;
+  a.num_args = (size_t)nargs;
+  a.output_lists = out_lists;
+  a.device_complete_events = wait ? complete : NULL;
+  a.execute_device = rt->devices[device].device;
+  s = tpuc_plugin_error(p, execute(&a), "launching a program");
+  if (s) goto done;
+  atomic_fetch_add(&rt->executions, 1);
+
+  int made = 0;
+  for (; made < e->num_outputs && !s; made++)
+    s = tpuc_buffer_wrap(rt, device, out_bufs[made], e->out_dtypes[made], e->out_ndims[made],
+                         e->out_dims[made], &outs[made]);
+  if (s) { /* wrap destroyed the failing buffer; release the ones before it */
+    for (int i = 0; i < made - 1; i++) tpuc_buffer_release(outs[i]);
+    pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_BUFFER_DESTROY);
+    for (int i = made; i < e->num_outputs && destroy; i++) {
+      pj_buffer_destroy_args d = {0};
+      d.struct_size = PJ_SIZE(pj_buffer_destroy_args, buffer);
+      d.buffer = out_bufs[i];
+      tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
+    }
+  }
+  tpuc_status *ws = tpuc_event_wait(rt, complete[0], "device computation failed");
+  if (ws && !s) {
+    for (int i = 0; i < e->num_outputs; i++) tpuc_buffer_release(outs[i]);
+    s = ws;
+  } else {
+    tpuc_status_destroy(ws);
+  }
+  if (s)
+    for (int i = 0; i < e->num_outputs; i++) outs[i] = NULL;
+done:
+  if (arg_bufs != arg_small) free(arg_bufs);
+  if (out_bufs != out_small) free(out_bufs);
+  return s;
+}

@@ -1,0 +1,116 @@
+/* internal.h — the private definitions shared by the modules of the C core
+ * runtime (status, plugin, runtime, buffer, compile, execute). Nothing outside
+ * csrc/core/ includes it. */
+#ifndef TPUC_INTERNAL_H
+#define TPUC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "../pjrt/pjrt_abi.h"
+#include "tpuc.h"
+
+/* ---- status.c ---- */
+tpuc_status *tpuc_status_make(tpuc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefixes the message of `s` with `what: ` and returns it. */
+tpuc_status *tpuc_status_wrap(tpuc_status *s, const char *what);
+
+/* ---- plugin.c ---- */
+typedef struct tpuc_plugin {
+  const pj_api *api;
+  char *path;
+  int api_major, api_minor;
+} tpuc_plugin;
+
+/* Loads (once per process) and initialises the plugin at `path`. */
+tpuc_status *tpuc_plugin_load(const char *path, tpuc_plugin *out);
+void tpuc_plugin_unload(tpuc_plugin *p); /* frees tpuc's copy; never dlclose */
+/* The function in `slot`, or NULL when the plugin's table is too short. */
+void *tpuc_plugin_fn(const tpuc_plugin *p, pj_slot slot);
+/* Converts (and destroys) a PJRT error; NULL stays NULL. */
+tpuc_status *tpuc_plugin_error(const tpuc_plugin *p, pj_error *err, const char *what);
+/* A status naming a slot the plugin lacks. */
+tpuc_status *tpuc_plugin_missing(const tpuc_plugin *p, const char *what);
+
+/* Declares `var`, the function in slot `slot` (a pj_slot) taking `args_t *`,
+ * or returns a status from the enclosing function when the plugin lacks it. */
+#define PJ_FN(p, slot, args_t, var)                                     \
+  pj_error *(*var)(args_t *) = (pj_error * (*)(args_t *)) tpuc_plugin_fn((p), (slot)); \
+  if (!var) return tpuc_plugin_missing((p), #slot)
+
+typedef pj_error *(*pj_generic_fn)(void *args);
+
+/* ---- runtime.c ---- */
+typedef struct tpuc_device_rec {
+  pj_device *device;
+  int id;
+  char *kind;
+  char *description;
+  /* accounting, under mem_lock */
+  int64_t bytes_in_use, peak_bytes, num_buffers, num_allocs;
+} tpuc_device_rec;
+
+typedef struct tpuc_cache_entry tpuc_cache_entry;
+
+struct tpuc_runtime {
+  tpuc_plugin plugin;
+  pj_client *client;
+  char *platform_name;
+  char *platform_version;
+  int64_t xla_version;
+  int64_t shlo_current[3], shlo_minimum[3];
+  int device_count;
+  tpuc_device_rec *devices;
+
+  pthread_mutex_t mem_lock; /* device accounting */
+
+  pthread_mutex_t cache_lock; /* the executable cache and compile stats */
+  tpuc_cache_entry **cache_buckets;
+  size_t cache_nbuckets, cache_count;
+  int64_t compiles, cache_hits, cache_misses;
+  double compile_seconds;
+
+  atomic_llong executions;
+  atomic_llong live_objects; /* buffers + executables not yet destroyed */
+};
+
+void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta_bytes);
+
+/* ---- buffer.c ---- */
+struct tpuc_buffer {
+  atomic_int refs;
+  tpuc_runtime *rt;
+  pj_buffer *buf;
+  int device;
+  tpuc_dtype dtype;
+  int ndim;
+  int64_t dims[TPUC_MAX_DIMS];
+  int64_t numel;
+  size_t nbytes;
+};
+
+/* Wraps a plugin buffer (takes ownership) into a tpuc_buffer. */
+tpuc_status *tpuc_buffer_wrap(tpuc_runtime *rt, int device, pj_buffer *pb, tpuc_dtype dtype,
+                              int ndim, const int64_t *dims, tpuc_buffer **out);
+pj_buffer_type tpuc_dtype_to_pjrt(tpuc_dtype t);
+bool tpuc_dtype_from_pjrt(pj_buffer_type t, tpuc_dtype *out);
+/* Waits for a PJRT event and destroys it; returns its error. */
+tpuc_status *tpuc_event_wait(tpuc_runtime *rt, pj_event *ev, const char *what);
+
+/* ---- compile.c ---- */
+struct tpuc_executable {
+  atomic_int refs;
+  tpuc_runtime *rt;
+  pj_loaded_executable *exe;
+  int num_outputs;
+  tpuc_dtype *out_dtypes;
+  int *out_ndims;
+  int64_t (*out_dims)[TPUC_MAX_DIMS];
+};
+
+/* 64-bit FNV-1a, chained through `seed`. */
+uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
+void tpuc_cache_clear(tpuc_runtime *rt);
+
+#endif /* TPUC_INTERNAL_H */

@@ -1,0 +1,280 @@
+/* runtime.c — the runtime object: one PJRT client, its addressable devices,
+ * their memory accounting and the runtime-wide statistics. All mutable state
+ * of the core lives in a tpuc_runtime. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static char *dup_n(const char *s, size_t n) {
+  char *r = malloc(n + 1);
+  if (!r) return NULL;
+  if (n) memcpy(r, s, n);
+  r[n] = 0;
+  return r;
+}
+
+static bool is_cpu_plugin(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  return strstr(base, "cpu") != NULL;
+}
+
+static void read_attributes(tpuc_runtime *rt) {
+  rt->xla_version = -1;
+  for (int i = 0; i < 3; i++) rt->shlo_current[i] = rt->shlo_minimum[i] = -1;
+  typedef pj_error *(*attrs_fn)(pj_plugin_attributes_args *);
+  attrs_fn fn = (attrs_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_PLUGIN_ATTRIBUTES);
+  if (!fn) return;
+  pj_plugin_attributes_args a = {0};
+  a.struct_size = PJ_SIZE(pj_plugin_attributes_args, num_attributes);
+  tpuc_status *s = tpuc_plugin_error(&rt->plugin, fn(&a), "PJRT_Plugin_Attributes");
+  if (s) { /* attributes are informative only */
+    tpuc_status_destroy(s);
+    return;
+  }
+  for (size_t i = 0; i < a.num_attributes; i++) {
+    const pj_named_value *v = &a.attributes[i];
+    size_t n = v->name_size;
+    if (n == 11 && !strncmp(v->name, "xla_version", n) && v->type == PJ_NV_INT64)
+      rt->xla_version = v->int64_value;
+    int64_t *dst = NULL;
+    if (n == 25 && !strncmp(v->name, "stablehlo_current_version", n)) dst = rt->shlo_current;
+    if (n == 25 && !strncmp(v->name, "stablehlo_minimum_version", n)) dst = rt->shlo_minimum;
+    if (dst && v->type == PJ_NV_INT64_LIST)
+      for (size_t k = 0; k < v->value_size && k < 3; k++) dst[k] = v->int64_array_value[k];
+  }
+}
+
+static tpuc_status *create_client(tpuc_runtime *rt, int cpu_devices) {
+  PJ_FN(&rt->plugin, PJ_SLOT_CLIENT_CREATE, pj_client_create_args, create);
+  pj_named_value opt = {0};
+  opt.struct_size = PJ_SIZE(pj_named_value, value_size);
+  opt.name = "cpu_device_count";
+  opt.name_size = strlen(opt.name);
+  opt.type = PJ_NV_INT64;
+  opt.int64_value = cpu_devices;
+  opt.value_size = 1;
+
+  pj_client_create_args a = {0};
+  a.struct_size = PJ_SIZE(pj_client_create_args, kv_try_get_user_arg);
+  if (is_cpu_plugin(rt->plugin.path)) {
+    a.create_options = &opt;
+    a.num_options = 1;
+  }
+  pj_error *err = create(&a);
+  if (err && a.num_options) { /* a plugin that rejects the option: retry bare */
+    tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, err, NULL));
+    memset(&a, 0, sizeof a);
+    a.struct_size = PJ_SIZE(pj_client_create_args, kv_try_get_user_arg);
+    err = create(&a);
+  }
+  tpuc_status *s = tpuc_plugin_error(&rt->plugin, err, "PJRT_Client_Create");
+  if (s) return s;
+  rt->client = a.client;
+  return NULL;
+}
+
+static tpuc_status *client_string(tpuc_runtime *rt, pj_slot slot, const char *what, char **out) {
+  pj_generic_fn fn = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, slot);
+  if (!fn) return tpuc_plugin_missing(&rt->plugin, what);
+  pj_client_string_args a = {0};
+  a.struct_size = PJ_SIZE(pj_client_string_args, text_size);
+  a.client = rt->client;
+  tpuc_status *s = tpuc_plugin_error(&rt->plugin, fn(&a), what);
+  if (s) return s;
+  *out = dup_n(a.text ? a.text : "", a.text ? a.text_size : 0);
+  return *out ? NULL : tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+}
+
+static tpuc_status *describe_device(tpuc_runtime *rt, tpuc_device_rec *d) {
+  PJ_FN(&rt->plugin, PJ_SLOT_DEVICE_GET_DESCRIPTION, pj_device_get_description_args, get_desc);
+  PJ_FN(&rt->plugin, PJ_SLOT_DEVICE_DESCRIPTION_ID, pj_device_description_id_args, get_id);
+  pj_device_get_description_args g = {0};
+  g.struct_size = PJ_SIZE(pj_device_get_description_args, device_description);
+  g.device = d->device;
+  tpuc_status *s = tpuc_plugin_error(&rt->plugin, get_desc(&g), "PJRT_Device_GetDescription");
+  if (s) return s;
+  pj_device_description_id_args ia = {0};
+  ia.struct_size = PJ_SIZE(pj_device_description_id_args, id);
+  ia.device_description = g.device_description;
+  if ((s = tpuc_plugin_error(&rt->plugin, get_id(&ia), "PJRT_DeviceDescription_Id"))) return s;
+  d->id = ia.id;
+
+  const pj_slot slots[2] = {PJ_SLOT_DEVICE_DESCRIPTION_KIND, PJ_SLOT_DEVICE_DESCRIPTION_DEBUG_STRING};
+  char **dst[2] = {&d->kind, &d->description};
+  for (int k = 0; k < 2; k++) {
+    pj_generic_fn fn = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, slots[k]);
+    pj_device_description_string_args sa = {0};
+    sa.struct_size = PJ_SIZE(pj_device_description_string_args, text_size);
+    sa.device_description = g.device_description;
+    if (fn && (s = tpuc_plugin_error(&rt->plugin, fn(&sa), "PJRT_DeviceDescription"))) return s;
+    *dst[k] = dup_n(sa.text ? sa.text : "", sa.text ? sa.text_size : 0);
+    if (!*dst[k]) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  return NULL;
+}
+
+static tpuc_status *list_devices(tpuc_runtime *rt) {
+  PJ_FN(&rt->plugin, PJ_SLOT_CLIENT_ADDRESSABLE_DEVICES, pj_client_devices_args, devs);
+  pj_client_devices_args a = {0};
+  a.struct_size = PJ_SIZE(pj_client_devices_args, num_devices);
+  a.client = rt->client;
+  tpuc_status *s = tpuc_plugin_error(&rt->plugin, devs(&a), "PJRT_Client_AddressableDevices");
+  if (s) return s;
+  if (a.num_devices == 0)
+    return tpuc_status_make(TPUC_ERR_PLUGIN, "the PJRT plugin '%s' reports no addressable device",
+                            rt->plugin.path);
+  rt->devices = calloc(a.num_devices, sizeof *rt->devices);
+  if (!rt->devices) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  rt->device_count = (int)a.num_devices;
+  for (size_t i = 0; i < a.num_devices; i++) {
+    rt->devices[i].device = a.devices[i];
+    if ((s = describe_device(rt, &rt->devices[i]))) return s;
+  }
+  return NULL;
+}
+
+static int env_int(const char *name, int dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  long n = strtol(v, &end, 10);
+  return (*end || n <= 0 || n > 4096) ? dflt : (int)n;
+}
+
+tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime **out) {
+  *out = NULL;
+  const char *path = opts && opts->plugin_path ? opts->plugin_path : getenv("TPUC_PJRT_PLUGIN");
+  int cpu_devices = opts && opts->cpu_device_count > 0 ? opts->cpu_device_count
+                                                       : env_int("TPUC_CPU_DEVICE_COUNT", 1);
+  tpuc_runtime *rt = calloc(1, sizeof *rt);
+  if (!rt) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  pthread_mutex_init(&rt->mem_lock, NULL);
+  pthread_mutex_init(&rt->cache_lock, NULL);
+  atomic_init(&rt->executions, 0);
+  atomic_init(&rt->live_objects, 0);
+
+  tpuc_status *s = tpuc_plugin_load(path, &rt->plugin);
+  if (!s) s = create_client(rt, cpu_devices);
+  if (!s) s = client_string(rt, PJ_SLOT_CLIENT_PLATFORM_NAME, "PJRT_Client_PlatformName",
+                            &rt->platform_name);
+  if (!s) s = client_string(rt, PJ_SLOT_CLIENT_PLATFORM_VERSION, "PJRT_Client_PlatformVersion",
+                            &rt->platform_version);
+  if (!s) s = list_devices(rt);
+  if (s) {
+    tpuc_runtime_destroy(rt);
+    return s;
+  }
+  read_attributes(rt);
+  *out = rt;
+  return NULL;
+}
+
+void tpuc_runtime_destroy(tpuc_runtime *rt) {
+  if (!rt) return;
+  tpuc_cache_clear(rt);
+  if (rt->client) {
+    pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_CLIENT_DESTROY);
+    if (destroy) {
+      pj_client_destroy_args a = {0};
+      a.struct_size = PJ_SIZE(pj_client_destroy_args, client);
+      a.client = rt->client;
+      tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&a), NULL));
+    }
+  }
+  for (int i = 0; i < rt->device_count; i++) {
+    free(rt->devices[i].kind);
+    free(rt->devices[i].description);
+  }
+  free(rt->devices);
+  free(rt->platform_name);
+  free(rt->platform_version);
+  free(rt->cache_buckets);
+  tpuc_plugin_unload(&rt->plugin);
+  pthread_mutex_destroy(&rt->mem_lock);
+  pthread_mutex_destroy(&rt->cache_lock);
+  free(rt);
+}
+
+void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out) {
+  memset(out, 0, sizeof *out);
+  out->plugin_path = rt->plugin.path;
+  out->platform_name = rt->platform_name;
+  out->platform_version = rt->platform_version;
+  out->pjrt_api_major = rt->plugin.api_major;
+  out->pjrt_api_minor = rt->plugin.api_minor;
+  out->xla_version = rt->xla_version;
+  memcpy(out->stablehlo_current, rt->shlo_current, sizeof out->stablehlo_current);
+  memcpy(out->stablehlo_minimum, rt->shlo_minimum, sizeof out->stablehlo_minimum);
+  out->device_count = rt->device_count;
+}
+
+static tpuc_status *check_device(const tpuc_runtime *rt, int device) {
+  if (device < 0 || device >= rt->device_count)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "device index %d is out of range: this runtime has %d device(s) "
+                            "(valid indices 0..%d)",
+                            device, rt->device_count, rt->device_count - 1);
+  return NULL;
+}
+
+tpuc_status *tpuc_device_info_get(const tpuc_runtime *rt, int device, tpuc_device_info *out) {
+  tpuc_status *s = check_device(rt, device);
+  if (s) return s;
+  const tpuc_device_rec *d = &rt->devices[device];
+  out->id = d->id;
+  out->local_index = device;
+  out->kind = d->kind;
+  out->description = d->description;
+  return NULL;
+}
+
+void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta) {
+  pthread_mutex_lock(&rt->mem_lock);
+  tpuc_device_rec *d = &rt->devices[device];
+  d->bytes_in_use += delta;
+  if (delta > 0) {
+    d->num_buffers++;
+    d->num_allocs++;
+  } else {
+    d->num_buffers--;
+  }
+  if (d->bytes_in_use > d->peak_bytes) d->peak_bytes = d->bytes_in_use;
+  pthread_mutex_unlock(&rt->mem_lock);
+}
+
+tpuc_status *tpuc_memory_stats_get(tpuc_runtime *rt, int device, tpuc_memory_stats *out) {
+  tpuc_status *s = check_device(rt, device);
+  if (s) return s;
+  pthread_mutex_lock(&rt->mem_lock);
+  const tpuc_device_rec *d = &rt->devices[device];
+  out->bytes_in_use = d->bytes_in_use;
+  out->peak_bytes_in_use = d->peak_bytes;
+  out->num_buffers = d->num_buffers;
+  out->num_allocs = d->num_allocs;
+  pthread_mutex_unlock(&rt->mem_lock);
+  return NULL;
+}
+
+tpuc_status *tpuc_memory_reset_peak(tpuc_runtime *rt, int device) {
+  tpuc_status *s = check_device(rt, device);
+  if (s) return s;
+  pthread_mutex_lock(&rt->mem_lock);
+  rt->devices[device].peak_bytes = rt->devices[device].bytes_in_use;
+  pthread_mutex_unlock(&rt->mem_lock);
+  return NULL;
+}
+
+void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->executions = atomic_load(&rt->executions);
+  pthread_mutex_lock(&rt->cache_lock);
+  out->compiles = rt->compiles;
+  out->cache_hits = rt->cache_hits;
+  out->cache_misses = rt->cache_misses;
+  out->compile_seconds = rt->compile_seconds;
+  out->cached_executables = (int64_t)rt->cache_count;
+  pthread_mutex_unlock(&rt->cache_lock);
+}
