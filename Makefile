@@ -1,0 +1,60 @@
+# tpuc — the two commands: `make demo` and `make test`.
+#
+# make setup        .venv with torch 2.13.0 (CPU), the XLA CPU PJRT plugin and tpuc
+# make install      rebuild and reinstall tpuc into .venv (after source changes)
+# make test         C tests, C tests under ASan+UBSan, then pytest
+# make test-c       the C core tests against the XLA CPU plugin
+# make test-c-asan  the same under AddressSanitizer + UndefinedBehaviorSanitizer
+# make test-py      pytest only
+# make demo         what tpuc can show today
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.tpuc-installed
+PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
+CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
+
+.PHONY: setup install test test-c test-c-asan test-py demo clean
+
+setup: $(STAMP)
+
+$(VENV)/.deps:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q xla-cpu-pjrt numpy pytest scikit-build-core cmake ninja
+	touch $@
+
+$(STAMP): $(VENV)/.deps $(CORE_SRC)
+	$(PIP) install -q --no-build-isolation --no-deps .
+	touch $@
+
+install: $(STAMP)
+
+build/c/build.ninja: $(VENV)/.deps
+	$(VENV)/bin/cmake -S . -B build/c -G Ninja -DTPUC_BUILD_TESTS=ON -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
+
+build/c-asan/build.ninja: $(VENV)/.deps
+	$(VENV)/bin/cmake -S . -B build/c-asan -G Ninja -DTPUC_BUILD_TESTS=ON -DTPUC_SANITIZE=ON \
+	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
+
+test-c: build/c/build.ninja $(STAMP)
+	$(VENV)/bin/ninja -C build/c
+	TPUC_PJRT_PLUGIN=$(PLUGIN) build/c/csrc/core/test_runtime
+
+test-c-asan: build/c-asan/build.ninja $(STAMP)
+	$(VENV)/bin/ninja -C build/c-asan
+	TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 build/c-asan/csrc/core/test_runtime
+
+test-py: $(STAMP)
+	$(PY) -m pytest -q tests
+
+test: test-c test-c-asan test-py
+
+demo: $(STAMP)
+	$(VENV)/bin/tpuc info
+
+clean:
+	rm -rf build dist $(STAMP)

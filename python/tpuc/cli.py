@@ -1,0 +1,75 @@
+"""The ``tpuc`` command line: ``tpuc info [--json]``."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict
+from importlib import metadata
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _info(as_json: bool) -> int:
+    from . import _native, _plugin
+
+    try:
+        choice = _plugin.find_plugin()
+        desc = _native.describe(choice.path)
+    except (_plugin.PluginNotFoundError, _native.CoreError, RuntimeError) as e:
+        print(f"tpuc: error: {e}", file=sys.stderr)
+        return 2
+    report = asdict(desc)
+    report["plugin_source"] = choice.source
+    report["versions"] = {
+        "tpuc": _version("tpuc"),
+        "torch": _version("torch"),
+        "xla-cpu-pjrt": _version("xla-cpu-pjrt"),
+        "libtpu": _version("libtpu"),
+        "python": platform.python_version(),
+    }
+    report["environment"] = {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith("TPUC_")
+    }
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"tpuc {report['versions']['tpuc']}")
+    print(f"plugin:            {desc.plugin}  ({choice.source})")
+    print(f"platform:          {desc.platform} ({desc.platform_version})")
+    print(f"PJRT API version:  {desc.pjrt_api_version}")
+    print(f"XLA version:       {desc.xla_version if desc.xla_version is not None else 'n/a'}")
+    if desc.stablehlo_current:
+        print(f"StableHLO:         {desc.stablehlo_minimum} .. {desc.stablehlo_current}")
+    print(f"devices:           {len(desc.devices)}")
+    for d in desc.devices:
+        print(f"  tpu:{d.index}  id {d.id}  {d.kind}  {d.description}")
+    versions = ", ".join(
+        f"{k} {v}" for k, v in report["versions"].items() if v and k != "tpuc"
+    )
+    print(f"versions:          {versions}")
+    for k, v in report["environment"].items():
+        print(f"env:               {k}={v}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tpuc", description="PyTorch on TPUs with a C core")
+    sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="show the device, plugin and versions in use")
+    info.add_argument("--json", action="store_true", help="print as JSON")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        return _info(args.json)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
