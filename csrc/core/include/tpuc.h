@@ -186,6 +186,117 @@ const int64_t *tpuc_executable_output_dims(const tpuc_executable *e, int i);
 tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *args,
                           int nargs, tpuc_buffer **outs, bool wait);
 
+/* ---- storages ----------------------------------------------------------
+ * A storage is what a PyTorch storage points at: `nbytes` of device memory
+ * expressed as (at most) one immutable buffer. Writing a storage binds a new
+ * buffer to it; a storage never written has no buffer and reads as zeros.
+ * The buffer may have any dtype and shape whose byte size is `nbytes`
+ * (buffers keep the shape they were produced in). */
+typedef struct tpuc_storage tpuc_storage;
+
+tpuc_status *tpuc_storage_create(tpuc_runtime *rt, int device, size_t nbytes, tpuc_storage **out);
+void tpuc_storage_destroy(tpuc_storage *s);
+size_t tpuc_storage_nbytes(const tpuc_storage *s);
+int tpuc_storage_device(const tpuc_storage *s);
+/* The bound buffer with one reference for the caller, or NULL if none. */
+tpuc_buffer *tpuc_storage_get_buffer(tpuc_storage *s);
+/* Binds `b` (adds a reference; NULL unbinds). Its size must be nbytes. */
+tpuc_status *tpuc_storage_set_buffer(tpuc_storage *s, tpuc_buffer *b);
+/* Copies dense row-major host data of `dtype` and shape `dims` (whose byte
+ * size must equal nbytes) into a new buffer bound to the storage. */
+tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims, int ndim,
+                                 const void *data);
+/* Copies the storage's raw bytes to the host (zeros if never written). */
+tpuc_status *tpuc_storage_download(tpuc_storage *s, void *dst, size_t nbytes);
+/* Changes nbytes, keeping the first min(old, new) bytes. */
+tpuc_status *tpuc_storage_resize(tpuc_storage *s, size_t nbytes);
+
+/* ---- tensors and ops ----------------------------------------------------
+ * A tensor is a strided view of a storage, exactly as in PyTorch. */
+typedef struct {
+  tpuc_storage *storage;
+  tpuc_dtype dtype;
+  int ndim;
+  int64_t sizes[TPUC_MAX_DIMS];
+  int64_t strides[TPUC_MAX_DIMS]; /* in elements */
+  int64_t offset;                 /* in elements */
+} tpuc_tensor;
+
+/* One argument of an ATen op, in schema order. */
+typedef enum {
+  TPUC_ARG_NONE = 0,  /* an absent optional */
+  TPUC_ARG_TENSOR,    /* tensors.first indexes tpuc_op_call.tensors */
+  TPUC_ARG_TENSORS,   /* a Tensor[]: tensors.first .. first+count-1 */
+  TPUC_ARG_INT,       /* int, SymInt, ScalarType, MemoryFormat, Layout: static */
+  TPUC_ARG_INTS,      /* int[], SymInt[]: static */
+  TPUC_ARG_BOOL,      /* static */
+  TPUC_ARG_BOOLS,     /* bool[]: static (ints.v holds 0/1) */
+  TPUC_ARG_STRING,    /* static */
+  TPUC_ARG_SCALAR,    /* Scalar or float: a runtime value, never recompiles */
+} tpuc_arg_kind;
+
+typedef enum { TPUC_SCALAR_BOOL, TPUC_SCALAR_INT, TPUC_SCALAR_FLOAT, TPUC_SCALAR_COMPLEX } tpuc_scalar_kind;
+
+typedef struct {
+  tpuc_arg_kind kind;
+  union {
+    int64_t i; /* INT, BOOL */
+    struct {
+      const int64_t *v;
+      int n;
+    } ints; /* INTS, BOOLS */
+    struct {
+      int first, count;
+    } tensors; /* TENSOR, TENSORS */
+    const char *s; /* STRING */
+    struct {
+      tpuc_scalar_kind kind;
+      double re, im; /* FLOAT, COMPLEX (and BOOL/INT exactly representable) */
+      int64_t i;     /* BOOL, INT */
+    } scalar;
+  };
+} tpuc_arg;
+
+typedef struct tpuc_op tpuc_op; /* a lowering, found by name */
+
+typedef struct {
+  const tpuc_op *op;
+  int device;
+  const tpuc_arg *args;
+  int nargs;
+  const tpuc_tensor *tensors; /* the tensor inputs that args refer to */
+  int ntensors;
+  /* Where the results go, with their final sizes, strides and dtypes (the
+   * caller computes them, e.g. with PyTorch's meta kernels). An output may
+   * share a storage with an input (in-place ops, out=) or be a view. */
+  const tpuc_tensor *outputs;
+  int noutputs;
+} tpuc_op_call;
+
+/* The lowering of an ATen op ("aten::add.Tensor"), or NULL if the core has
+ * none. The pointer is stable for the runtime's lifetime: look it up once. */
+const tpuc_op *tpuc_op_find(tpuc_runtime *rt, const char *name);
+/* Number of ops with a lowering, and the i-th op's name (for coverage). */
+int tpuc_op_count(tpuc_runtime *rt);
+const char *tpuc_op_name(tpuc_runtime *rt, int i);
+
+/* Runs the op: builds (or finds in the signature cache) one program that
+ * reads the input views, computes the op and writes the outputs, launches it
+ * asynchronously and binds the new buffers to the output storages. With
+ * `wait`, waits for the device and returns its error (debug mode).
+ * TPUC_ERR_UNIMPLEMENTED means this call (dtype, argument combination) is
+ * outside what the lowering handles: the caller may fall back to the CPU. */
+tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *call, bool wait);
+
+typedef struct {
+  int64_t op_calls;       /* tpuc_op_run calls */
+  int64_t fast_hits;      /* served by the signature cache: no text, no compile */
+  int64_t fast_misses;    /* lowered and emitted */
+  int64_t emitted_bytes;  /* StableHLO text produced */
+} tpuc_op_stats;
+
+void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

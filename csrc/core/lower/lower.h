@@ -1,0 +1,76 @@
+/* lower.h — the contract between the op engine (exec/op_run.c) and the
+ * lowerings: one lowering per ATen op, shared by every execution mode.
+ *
+ * The engine gives a lowering an IR graph in which every tensor argument is
+ * already a value of exactly the tensor's sizes and dtype (views read out of
+ * their storages), every runtime scalar is a rank-0 value, and the types the
+ * outputs must have (from the caller's meta computation). The lowering adds
+ * ops and sets cx->results[i] to a value of exactly cx->out_types[i] for each
+ * output. It returns NULL, or a status: TPUC_ERR_UNIMPLEMENTED for argument
+ * combinations it does not handle (the caller then falls back to the CPU). */
+#ifndef TPUC_LOWER_H
+#define TPUC_LOWER_H
+
+#include "../ir/ir.h"
+#include "tpuc.h"
+
+typedef struct {
+  ir_graph *g;
+  const tpuc_op_call *call;
+  const tv *tensor_vals;   /* per call->tensors[i] */
+  const tv *scalar_vals;   /* per call->args[i]: rank-0 value for TPUC_ARG_SCALAR, else IR_NONE */
+  const ir_type *out_types; /* per output */
+  tv *results;             /* per output, set by the lowering */
+  int noutputs;
+} tpuc_lower_ctx;
+
+typedef tpuc_status *(*tpuc_lower_fn)(tpuc_lower_ctx *cx);
+
+/* An entry of a family's table; tables end with {NULL, NULL}. */
+typedef struct {
+  const char *name; /* "aten::add.Tensor" (overload "" is written "aten::relu") */
+  tpuc_lower_fn fn;
+} tpuc_lowering;
+
+/* One table per family (lower/<family>.c). registry.c lists them. */
+extern const tpuc_lowering tpuc_lowerings_elementwise[];
+extern const tpuc_lowering tpuc_lowerings_reduce[];
+extern const tpuc_lowering tpuc_lowerings_linalg[];
+extern const tpuc_lowering tpuc_lowerings_shape[];
+extern const tpuc_lowering tpuc_lowerings_index[];
+extern const tpuc_lowering tpuc_lowerings_nn[];
+extern const tpuc_lowering tpuc_lowerings_random[];
+extern const tpuc_lowering tpuc_lowerings_copy[];
+
+/* ---- argument access (lower/util.c) ---- */
+const tpuc_arg *lx_arg(const tpuc_lower_ctx *cx, int i); /* NULL when i >= nargs */
+bool lx_is_none(const tpuc_lower_ctx *cx, int i);         /* absent or NONE */
+tv lx_tensor(const tpuc_lower_ctx *cx, int i);            /* TENSOR arg i */
+int lx_tensors(const tpuc_lower_ctx *cx, int i, tv *out, int max); /* TENSORS arg i */
+const tpuc_tensor *lx_tensor_desc(const tpuc_lower_ctx *cx, int i);
+int64_t lx_int(const tpuc_lower_ctx *cx, int i, int64_t dflt);  /* INT/BOOL, dflt if absent */
+int lx_ints(const tpuc_lower_ctx *cx, int i, const int64_t **v); /* INTS: count, -1 if absent */
+bool lx_bool(const tpuc_lower_ctx *cx, int i, bool dflt);
+/* SCALAR arg i as a rank-0 value of `dtype` (converted); IR_NONE if absent. */
+tv lx_scalar(const tpuc_lower_ctx *cx, int i, tpuc_dtype dtype);
+
+/* ---- building blocks (lower/util.c) ---- */
+ir_type lx_out(const tpuc_lower_ctx *cx, int i);
+ir_type ir_type_of(const ir_graph *g, tv v);
+ir_type ir_with_dtype(ir_type t, tpuc_dtype d);
+ir_type ir_scalar_type(tpuc_dtype d);
+tv lx_convert(ir_graph *g, tv x, tpuc_dtype d);            /* no-op when equal */
+/* Numpy-style broadcast of x to type t's shape (x's dtype kept). */
+tv lx_broadcast_to(ir_graph *g, tv x, int ndim, const int64_t *dims);
+/* Convert to t.dtype and broadcast to t's shape. */
+tv lx_coerce(ir_graph *g, tv x, ir_type t);
+tv lx_splat_like(ir_graph *g, tv like, double value);
+/* Normalises a possibly negative dim for rank `ndim`. */
+int64_t lx_dim(int64_t dim, int ndim);
+/* The dtype used to compute in: f32 for f16/bf16 (PyTorch's CPU upcasts
+ * reductions and many unary ops), else the dtype itself. */
+tpuc_dtype lx_compute_dtype(tpuc_dtype d);
+
+tpuc_status *lx_unimplemented(const tpuc_lower_ctx *cx, const char *why);
+
+#endif /* TPUC_LOWER_H */
