@@ -233,6 +233,7 @@ typedef enum {
   TPUC_ARG_BOOLS,     /* bool[]: static (ints.v holds 0/1) */
   TPUC_ARG_STRING,    /* static */
   TPUC_ARG_SCALAR,    /* Scalar or float: a runtime value, never recompiles */
+  TPUC_ARG_RNG,       /* Generator?: the device generator's (seed, offset), a runtime value */
 } tpuc_arg_kind;
 
 typedef enum { TPUC_SCALAR_BOOL, TPUC_SCALAR_INT, TPUC_SCALAR_FLOAT, TPUC_SCALAR_COMPLEX } tpuc_scalar_kind;
@@ -254,6 +255,9 @@ typedef struct {
       double re, im; /* FLOAT, COMPLEX (and BOOL/INT exactly representable) */
       int64_t i;     /* BOOL, INT */
     } scalar;
+    struct {
+      uint64_t seed, offset; /* the caller advances its offset by what the op draws */
+    } rng;
   };
 } tpuc_arg;
 

@@ -18,7 +18,10 @@ typedef struct {
   ir_graph *g;
   const tpuc_op_call *call;
   const tv *tensor_vals;   /* per call->tensors[i] */
-  const tv *scalar_vals;   /* per call->args[i]: rank-0 value for TPUC_ARG_SCALAR, else IR_NONE */
+  /* per call->args[i]: a rank-0 value (f64, s64, pred or c128 by scalar kind)
+   * for TPUC_ARG_SCALAR, a u64[2] (seed, offset) value for TPUC_ARG_RNG, else
+   * IR_NONE */
+  const tv *scalar_vals;
   const ir_type *out_types; /* per output */
   tv *results;             /* per output, set by the lowering */
   int noutputs;

@@ -1,0 +1,119 @@
+/* storage.c — tpuc_storage: the mutable cell behind a PyTorch storage. It
+ * holds at most one immutable buffer; writes bind a new buffer. A mutex makes
+ * rebinding safe against concurrent readers (autograd's device thread). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/internal.h"
+#include "exec.h"
+
+tpuc_status *tpuc_storage_create(tpuc_runtime *rt, int device, size_t nbytes, tpuc_storage **out) {
+  *out = NULL;
+  if (device < 0 || device >= rt->device_count)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "device index %d is out of range: %d device(s) available", device,
+                            rt->device_count);
+  tpuc_storage *s = calloc(1, sizeof *s);
+  if (!s) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  pthread_mutex_init(&s->lock, NULL);
+  s->rt = rt;
+  s->device = device;
+  s->nbytes = nbytes;
+  *out = s;
+  return NULL;
+}
+
+void tpuc_storage_destroy(tpuc_storage *s) {
+  if (!s) return;
+  tpuc_buffer_release(s->buf);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+size_t tpuc_storage_nbytes(const tpuc_storage *s) { return s->nbytes; }
+int tpuc_storage_device(const tpuc_storage *s) { return s->device; }
+
+tpuc_buffer *tpuc_storage_get_buffer(tpuc_storage *s) {
+  pthread_mutex_lock(&s->lock);
+  tpuc_buffer *b = tpuc_buffer_retain(s->buf);
+  pthread_mutex_unlock(&s->lock);
+  return b;
+}
+
+tpuc_status *tpuc_storage_set_buffer(tpuc_storage *s, tpuc_buffer *b) {
+  if (b && (tpuc_buffer_nbytes(b) != s->nbytes || tpuc_buffer_device(b) != s->device))
+    return tpuc_status_make(TPUC_ERR_INTERNAL,
+                            "binding a buffer of %zu bytes on device %d to a storage of %zu bytes "
+                            "on device %d",
+                            tpuc_buffer_nbytes(b), tpuc_buffer_device(b), s->nbytes, s->device);
+  tpuc_buffer_retain(b);
+  pthread_mutex_lock(&s->lock);
+  tpuc_buffer *old = s->buf;
+  s->buf = b;
+  pthread_mutex_unlock(&s->lock);
+  tpuc_buffer_release(old);
+  return NULL;
+}
+
+tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims, int ndim,
+                                 const void *data) {
+  tpuc_buffer *b = NULL;
+  tpuc_status *st = tpuc_buffer_from_host(s->rt, s->device, dtype, dims, ndim, data, &b);
+  if (st) return st;
+  st = tpuc_storage_set_buffer(s, b);
+  tpuc_buffer_release(b);
+  return st;
+}
+
+tpuc_status *tpuc_storage_download(tpuc_storage *s, void *dst, size_t nbytes) {
+  if (nbytes != s->nbytes)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "tpuc_storage_download: %zu bytes asked of a storage of %zu", nbytes,
+                            s->nbytes);
+  tpuc_buffer *b = tpuc_storage_get_buffer(s);
+  if (!b) {
+    memset(dst, 0, nbytes);
+    return NULL;
+  }
+  tpuc_status *st = tpuc_buffer_to_host(b, dst, nbytes);
+  tpuc_buffer_release(b);
+  return st;
+}
+
+tpuc_status *tpuc_storage_resize(tpuc_storage *s, size_t nbytes) {
+  if (nbytes == s->nbytes) return NULL;
+  tpuc_buffer *b = tpuc_storage_get_buffer(s);
+  if (!b) { /* nothing written yet: only the size changes */
+    pthread_mutex_lock(&s->lock);
+    s->nbytes = nbytes;
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+  }
+  /* Through the host: resizing a written storage is rare (resize_ of a
+   * non-empty tensor, storage().resize_()). */
+  size_t keep = nbytes < s->nbytes ? nbytes : s->nbytes;
+  unsigned char *host = calloc(nbytes ? nbytes : 1, 1);
+  unsigned char *old = malloc(s->nbytes ? s->nbytes : 1);
+  tpuc_status *st = NULL;
+  if (!host || !old) st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (!st) st = tpuc_buffer_to_host(b, old, s->nbytes);
+  tpuc_buffer_release(b);
+  if (!st) {
+    memcpy(host, old, keep);
+    int64_t dims[1] = {(int64_t)nbytes};
+    tpuc_buffer *nb = NULL;
+    st = tpuc_buffer_from_host(s->rt, s->device, TPUC_U8, dims, 1, host, &nb);
+    if (!st) {
+      pthread_mutex_lock(&s->lock);
+      tpuc_buffer *prev = s->buf;
+      s->buf = nb;
+      s->nbytes = nbytes;
+      pthread_mutex_unlock(&s->lock);
+      tpuc_buffer_release(prev);
+    }
+  }
+  free(host);
+  free(old);
+  return st;
+}
