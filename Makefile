@@ -40,13 +40,16 @@ build/c-asan/build.ninja: $(VENV)/.deps
 	$(VENV)/bin/cmake -S . -B build/c-asan -G Ninja -DTPUC_BUILD_TESTS=ON -DTPUC_SANITIZE=ON \
 	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
 
+C_TESTS = test_runtime test_engine
+
 test-c: build/c/build.ninja $(STAMP)
 	$(VENV)/bin/ninja -C build/c
-	TPUC_PJRT_PLUGIN=$(PLUGIN) build/c/csrc/core/test_runtime
+	@for t in $(C_TESTS); do echo "== $$t"; TPUC_PJRT_PLUGIN=$(PLUGIN) build/c/csrc/core/$$t || exit 1; done
 
 test-c-asan: build/c-asan/build.ninja $(STAMP)
 	$(VENV)/bin/ninja -C build/c-asan
-	TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 build/c-asan/csrc/core/test_runtime
+	@for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; \
+	  TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/core/tests/lsan.supp build/c-asan/csrc/core/$$t || exit 1; done
 
 test-py: $(STAMP)
 	$(PY) -m pytest -q tests

@@ -110,7 +110,8 @@ tv ir_reduce_window(ir_graph *g, tv x, tv init, ir_reducer r, const int64_t *win
 tv ir_dot_general(ir_graph *g, tv a, tv b, const int64_t *a_batch, const int64_t *b_batch,
                   int nbatch, const int64_t *a_contract, const int64_t *b_contract, int ncontract,
                   tpuc_dtype out_dtype);
-/* NCHW input, OIHW weight (feature_group_count groups), 2 spatial dims. */
+/* NCHW input, OIHW weight (feature_group_count groups), 2 spatial dims.
+ * padding: lo_h, hi_h, lo_w, hi_w (may be negative); dilations: 2 each. */
 tv ir_conv2d(ir_graph *g, tv input, tv weight, const int64_t *stride, const int64_t *padding,
              const int64_t *lhs_dilation, const int64_t *rhs_dilation, int64_t groups,
              tpuc_dtype out_dtype);

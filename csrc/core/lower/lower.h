@@ -45,6 +45,10 @@ extern const tpuc_lowering tpuc_lowerings_nn[];
 extern const tpuc_lowering tpuc_lowerings_random[];
 extern const tpuc_lowering tpuc_lowerings_copy[];
 
+/* registry.c: the name and function behind a tpuc_op. */
+const char *tpuc_op_name_of(const tpuc_op *op);
+tpuc_lower_fn tpuc_op_lowering(const tpuc_op *op);
+
 /* ---- argument access (lower/util.c) ---- */
 const tpuc_arg *lx_arg(const tpuc_lower_ctx *cx, int i); /* NULL when i >= nargs */
 bool lx_is_none(const tpuc_lower_ctx *cx, int i);         /* absent or NONE */

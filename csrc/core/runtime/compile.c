@@ -186,7 +186,8 @@ static tpuc_status *describe_outputs(tpuc_runtime *rt, tpuc_executable *x) {
                            d.dim_sizes[i], TPUC_MAX_DIMS);
     else {
       x->out_ndims[i] = (int)d.dim_sizes[i];
-      memcpy(x->out_dims[i], d.dims + pos, d.dim_sizes[i] * sizeof(int64_t));
+      if (d.dim_sizes[i]) /* all-scalar outputs may come with dims == NULL */
+        memcpy(x->out_dims[i], d.dims + pos, d.dim_sizes[i] * sizeof(int64_t));
       pos += d.dim_sizes[i];
     }
   }

@@ -71,6 +71,12 @@ struct tpuc_runtime {
   int64_t compiles, cache_hits, cache_misses;
   double compile_seconds;
 
+  /* the op engine's signature cache (exec/op_run.c) */
+  pthread_mutex_t fast_lock;
+  struct tpuc_fast_entry **fast_buckets;
+  size_t fast_nbuckets, fast_count;
+  int64_t op_calls, fast_hits, fast_misses, emitted_bytes;
+
   atomic_llong executions;
   atomic_llong live_objects; /* buffers + executables not yet destroyed */
 };
@@ -112,5 +118,8 @@ struct tpuc_executable {
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
 void tpuc_cache_clear(tpuc_runtime *rt);
+
+/* ---- exec/op_run.c ---- */
+void tpuc_fast_cache_clear(tpuc_runtime *rt);
 
 #endif /* TPUC_INTERNAL_H */

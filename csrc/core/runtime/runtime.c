@@ -153,6 +153,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
   if (!rt) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
   pthread_mutex_init(&rt->mem_lock, NULL);
   pthread_mutex_init(&rt->cache_lock, NULL);
+  pthread_mutex_init(&rt->fast_lock, NULL);
   atomic_init(&rt->executions, 0);
   atomic_init(&rt->live_objects, 0);
 
@@ -174,6 +175,8 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
 
 void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (!rt) return;
+  tpuc_fast_cache_clear(rt);
+  free(rt->fast_buckets);
   tpuc_cache_clear(rt);
   if (rt->client) {
     pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_CLIENT_DESTROY);
@@ -195,6 +198,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   tpuc_plugin_unload(&rt->plugin);
   pthread_mutex_destroy(&rt->mem_lock);
   pthread_mutex_destroy(&rt->cache_lock);
+  pthread_mutex_destroy(&rt->fast_lock);
   free(rt);
 }
 

@@ -1,0 +1,629 @@
+/* emit.c — printing an IR graph as StableHLO text in MLIR's generic op
+ * syntax (the most stable form across plugin versions). Floating constants
+ * are written as hexadecimal bit patterns so that every value, NaN and
+ * infinities included, round-trips exactly. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/ir_internal.h"
+
+typedef struct {
+  char *s;
+  size_t len, cap;
+  bool oom;
+} sb;
+
+static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = b->cap - b->len;
+    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? room : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->oom = true;
+      return;
+    }
+    if (b->s && (size_t)n < room) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = b->cap ? b->cap * 2 : 4096;
+    while (cap < b->len + (size_t)n + 1) cap *= 2;
+    char *s = realloc(b->s, cap);
+    if (!s) {
+      b->oom = true;
+      return;
+    }
+    b->s = s;
+    b->cap = cap;
+  }
+}
+
+static void put_type(sb *b, const ir_type *t) {
+  sb_printf(b, "tensor<");
+  for (int i = 0; i < t->ndim; i++) sb_printf(b, "%lldx", (long long)t->dims[i]);
+  sb_printf(b, "%s>", tpuc_dtype_mlir_name(t->dtype));
+}
+
+static void put_scalar_type(sb *b, tpuc_dtype d) { sb_printf(b, "tensor<%s>", tpuc_dtype_mlir_name(d)); }
+
+static void put_name(sb *b, const ir_graph *g, tv v) {
+  const ir_node *n = &g->nodes[v];
+  if (n->kind == N_GET) sb_printf(b, "%%v%d#%lld", n->ops[0], (long long)n->i);
+  else sb_printf(b, "%%v%d", v);
+}
+
+static void put_i64s(sb *b, const int64_t *v, int n) {
+  for (int i = 0; i < n; i++) sb_printf(b, "%s%lld", i ? ", " : "", (long long)v[i]);
+}
+
+static void put_array(sb *b, const char *name, const int64_t *v, int n) {
+  sb_printf(b, "%s = array<i64%s", name, n ? ": " : "");
+  put_i64s(b, v, n);
+  sb_printf(b, ">");
+}
+
+static void put_list(sb *b, const char *name, const int64_t *v, int n) {
+  sb_printf(b, "%s = [", name);
+  put_i64s(b, v, n);
+  sb_printf(b, "]");
+}
+
+/* A float value as MLIR's hexadecimal bit pattern of `d`. */
+static void put_float_bits(sb *b, tpuc_dtype d, double v) {
+  if (d == TPUC_F64) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    sb_printf(b, "0x%016llX", (unsigned long long)u);
+    return;
+  }
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (d == TPUC_F32) {
+    sb_printf(b, "0x%08X", u);
+  } else if (d == TPUC_BF16) {
+    uint16_t h;
+    if (isnan(f)) h = 0x7FC0;
+    else h = (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+    sb_printf(b, "0x%04X", h);
+  } else { /* f16 */
+    uint16_t h;
+    uint32_t sign = (u >> 16) & 0x8000;
+    if (isnan(f)) h = 0x7E00;
+    else if (isinf(f) || fabsf(f) >= 65520.0f) h = (uint16_t)(sign | 0x7C00);
+    else if (fabsf(f) < 6.103515625e-05f) { /* subnormal or zero: multiples of 2^-24 */
+      h = (uint16_t)(sign | (uint32_t)lrintf(fabsf(f) * 16777216.0f));
+    } else {
+      int e;
+      float m = frexpf(fabsf(f), &e); /* f = m * 2^e, m in [0.5, 1) */
+      uint32_t mant = (uint32_t)lrintf((m * 2.0f - 1.0f) * 1024.0f);
+      int exp = e - 1 + 15;
+      if (mant == 1024) {
+        mant = 0;
+        exp++;
+      }
+      h = exp >= 31 ? (uint16_t)(sign | 0x7C00) : (uint16_t)(sign | (uint32_t)exp << 10 | mant);
+    }
+    sb_printf(b, "0x%04X", h);
+  }
+}
+
+static void put_splat_value(sb *b, tpuc_dtype d, double v) {
+  if (d == TPUC_PRED) sb_printf(b, "%s", v != 0 ? "true" : "false");
+  else if (ir_is_float(d)) put_float_bits(b, d, v);
+  else if (ir_is_complex(d)) sb_printf(b, "(%.17g, 0.0)", v);
+  else if (ir_is_unsigned(d)) sb_printf(b, "%llu", (unsigned long long)(v < 0 ? 0 : v));
+  else sb_printf(b, "%lld", (long long)v);
+}
+
+static const char *unary_name(int op) {
+  static const char *names[IR_UNARY_COUNT] = {
+      [IR_ABS] = "stablehlo.abs", [IR_NEG] = "stablehlo.negate",
+      [IR_EXP] = "stablehlo.exponential", [IR_EXPM1] = "stablehlo.exponential_minus_one",
+      [IR_LOG] = "stablehlo.log", [IR_LOG1P] = "stablehlo.log_plus_one",
+      [IR_SQRT] = "stablehlo.sqrt", [IR_RSQRT] = "stablehlo.rsqrt", [IR_CBRT] = "stablehlo.cbrt",
+      [IR_TANH] = "stablehlo.tanh", [IR_LOGISTIC] = "stablehlo.logistic",
+      [IR_SIN] = "stablehlo.sine", [IR_COS] = "stablehlo.cosine", [IR_TAN] = "chlo.tan",
+      [IR_FLOOR] = "stablehlo.floor", [IR_CEIL] = "stablehlo.ceil",
+      [IR_ROUND_EVEN] = "stablehlo.round_nearest_even",
+      [IR_ROUND_AFZ] = "stablehlo.round_nearest_afz", [IR_SIGN] = "stablehlo.sign",
+      [IR_NOT] = "stablehlo.not", [IR_IS_FINITE] = "stablehlo.is_finite",
+      [IR_REAL] = "stablehlo.real", [IR_IMAG] = "stablehlo.imag",
+      [IR_POPCNT] = "stablehlo.popcnt", [IR_ERF] = "chlo.erf", [IR_ERFC] = "chlo.erfc",
+      [IR_ERF_INV] = "chlo.erf_inv", [IR_LGAMMA] = "chlo.lgamma", [IR_DIGAMMA] = "chlo.digamma",
+      [IR_ASIN] = "chlo.asin", [IR_ACOS] = "chlo.acos", [IR_ATAN] = "chlo.atan",
+      [IR_SINH] = "chlo.sinh", [IR_COSH] = "chlo.cosh", [IR_ASINH] = "chlo.asinh",
+      [IR_ACOSH] = "chlo.acosh", [IR_ATANH] = "chlo.atanh"};
+  return op >= 0 && op < IR_UNARY_COUNT && names[op] ? names[op] : "stablehlo.unknown";
+}
+
+static const char *binary_name(int op) {
+  static const char *names[IR_BINARY_COUNT] = {
+      [IR_ADD] = "stablehlo.add", [IR_SUB] = "stablehlo.subtract",
+      [IR_MUL] = "stablehlo.multiply", [IR_DIV] = "stablehlo.divide",
+      [IR_REM] = "stablehlo.remainder", [IR_POW] = "stablehlo.power",
+      [IR_MAX] = "stablehlo.maximum", [IR_MIN] = "stablehlo.minimum",
+      [IR_ATAN2] = "stablehlo.atan2", [IR_AND] = "stablehlo.and", [IR_OR] = "stablehlo.or",
+      [IR_XOR] = "stablehlo.xor", [IR_SHL] = "stablehlo.shift_left",
+      [IR_SHR_ARITH] = "stablehlo.shift_right_arithmetic",
+      [IR_SHR_LOGICAL] = "stablehlo.shift_right_logical", [IR_COMPLEX] = "stablehlo.complex"};
+  return op >= 0 && op < IR_BINARY_COUNT && names[op] ? names[op] : "stablehlo.unknown";
+}
+
+static const char *reducer_name(int r) {
+  switch (r) {
+    case IR_RED_SUM: return "stablehlo.add";
+    case IR_RED_PROD: return "stablehlo.multiply";
+    case IR_RED_MAX: return "stablehlo.maximum";
+    case IR_RED_MIN: return "stablehlo.minimum";
+    case IR_RED_AND: return "stablehlo.and";
+    case IR_RED_OR: return "stablehlo.or";
+    default: return NULL;
+  }
+}
+
+static const char *cmp_dir(int d) {
+  static const char *n[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+  return d >= 0 && d < 6 ? n[d] : "EQ";
+}
+
+static const char *cmp_type(tpuc_dtype d) {
+  if (ir_is_float(d) || ir_is_complex(d)) return "FLOAT";
+  if (ir_is_unsigned(d) || d == TPUC_PRED) return "UNSIGNED";
+  return "SIGNED";
+}
+
+/* A binary combiner region over rank-0 values of `d`: (acc, x) -> acc op x.
+ * IR_SCATTER_REPLACE returns x. */
+static void put_combiner(sb *b, tpuc_dtype d, int r) {
+  sb_printf(b, "({\n    ^bb0(%%a: ");
+  put_scalar_type(b, d);
+  sb_printf(b, ", %%b: ");
+  put_scalar_type(b, d);
+  sb_printf(b, "):\n");
+  if (r == (int)IR_SCATTER_REPLACE) {
+    sb_printf(b, "      \"stablehlo.return\"(%%b) : (");
+  } else {
+    const char *op = reducer_name(r);
+    /* and/or over pred; sum of pred is or, product of pred is and */
+    if (d == TPUC_PRED && r == IR_RED_SUM) op = "stablehlo.or";
+    if (d == TPUC_PRED && r == IR_RED_PROD) op = "stablehlo.and";
+    sb_printf(b, "      %%r = \"%s\"(%%a, %%b) : (", op ? op : "stablehlo.add");
+    put_scalar_type(b, d);
+    sb_printf(b, ", ");
+    put_scalar_type(b, d);
+    sb_printf(b, ") -> ");
+    put_scalar_type(b, d);
+    sb_printf(b, "\n      \"stablehlo.return\"(%%r) : (");
+  }
+  put_scalar_type(b, d);
+  sb_printf(b, ") -> ()\n    })");
+}
+
+/* "(T1, T2) -> T" for a node's operands and result. */
+static void put_signature(sb *b, const ir_graph *g, const ir_node *n) {
+  sb_printf(b, " : (");
+  for (int i = 0; i < n->nops; i++) {
+    if (i) sb_printf(b, ", ");
+    put_type(b, &g->nodes[n->ops[i]].type);
+  }
+  sb_printf(b, ") -> ");
+  if (n->nresults > 1) {
+    sb_printf(b, "(");
+    put_type(b, &n->type);
+    sb_printf(b, ", ");
+    put_type(b, &n->rtype2);
+    sb_printf(b, ")");
+  } else {
+    put_type(b, &n->type);
+  }
+  sb_printf(b, "\n");
+}
+
+static void put_operands(sb *b, const ir_graph *g, const ir_node *n) {
+  sb_printf(b, "(");
+  for (int i = 0; i < n->nops; i++) {
+    if (i) sb_printf(b, ", ");
+    put_name(b, g, n->ops[i]);
+  }
+  sb_printf(b, ")");
+}
+
+/* The comparator region of argmax/argmin: keeps (a, ai) over (b, bi) when a
+ * wins, NaN winning (PyTorch propagates NaN), the lower index on ties. */
+static void put_argreduce_region(sb *b, tpuc_dtype d, tpuc_dtype id, bool is_max) {
+  const char *vt = tpuc_dtype_mlir_name(d), *it = tpuc_dtype_mlir_name(id);
+  const char *ct = cmp_type(d);
+  sb_printf(b,
+            "({\n    ^bb0(%%a: tensor<%s>, %%ai: tensor<%s>, %%b: tensor<%s>, %%bi: tensor<%s>):\n"
+            "      %%gt = \"stablehlo.compare\"(%%a, %%b) {comparison_direction = "
+            "#stablehlo<comparison_direction %s>, compare_type = #stablehlo<comparison_type %s>} : "
+            "(tensor<%s>, tensor<%s>) -> tensor<i1>\n"
+            "      %%eq = \"stablehlo.compare\"(%%a, %%b) {comparison_direction = "
+            "#stablehlo<comparison_direction EQ>, compare_type = #stablehlo<comparison_type %s>} : "
+            "(tensor<%s>, tensor<%s>) -> tensor<i1>\n"
+            "      %%an = \"stablehlo.compare\"(%%a, %%a) {comparison_direction = "
+            "#stablehlo<comparison_direction NE>, compare_type = #stablehlo<comparison_type %s>} : "
+            "(tensor<%s>, tensor<%s>) -> tensor<i1>\n"
+            "      %%bn = \"stablehlo.compare\"(%%b, %%b) {comparison_direction = "
+            "#stablehlo<comparison_direction NE>, compare_type = #stablehlo<comparison_type %s>} : "
+            "(tensor<%s>, tensor<%s>) -> tensor<i1>\n"
+            "      %%lt = \"stablehlo.compare\"(%%ai, %%bi) {comparison_direction = "
+            "#stablehlo<comparison_direction LT>, compare_type = #stablehlo<comparison_type SIGNED>}"
+            " : (tensor<%s>, tensor<%s>) -> tensor<i1>\n"
+            "      %%nb = \"stablehlo.not\"(%%bn) : (tensor<i1>) -> tensor<i1>\n"
+            "      %%c1 = \"stablehlo.and\"(%%an, %%nb) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n"
+            "      %%bb = \"stablehlo.and\"(%%an, %%bn) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n"
+            "      %%ab = \"stablehlo.or\"(%%eq, %%bb) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n"
+            "      %%c2 = \"stablehlo.and\"(%%ab, %%lt) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n"
+            "      %%nn = \"stablehlo.not\"(%%an) : (tensor<i1>) -> tensor<i1>\n"
+            "      %%c0 = \"stablehlo.and\"(%%gt, %%nb) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n"
+            "      %%c3 = \"stablehlo.or\"(%%c0, %%c1) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n"
+            "      %%pk = \"stablehlo.or\"(%%c3, %%c2) : (tensor<i1>, tensor<i1>) -> tensor<i1>\n"
+            "      %%v = \"stablehlo.select\"(%%pk, %%a, %%b) : (tensor<i1>, tensor<%s>, tensor<%s>) "
+            "-> tensor<%s>\n"
+            "      %%i = \"stablehlo.select\"(%%pk, %%ai, %%bi) : (tensor<i1>, tensor<%s>, tensor<%s>)"
+            " -> tensor<%s>\n"
+            "      \"stablehlo.return\"(%%v, %%i) : (tensor<%s>, tensor<%s>) -> ()\n    })",
+            vt, it, vt, it, is_max ? "GT" : "LT", ct, vt, vt, ct, vt, vt, ct, vt, vt, ct, vt, vt, it,
+            it, vt, vt, vt, it, it, it, vt, it);
+  (void)0;
+  /* %nn is unused when values are not floats; harmless. */
+}
+
+static double init_for_arg(tpuc_dtype d, bool is_max) {
+  if (ir_is_float(d)) return is_max ? -INFINITY : INFINITY;
+  return 0; /* integers: emitted through the i64 path below */
+}
+
+static void put_int_extreme(sb *b, tpuc_dtype d, bool lowest) {
+  size_t bits = tpuc_dtype_size(d) * 8;
+  if (d == TPUC_PRED) sb_printf(b, "%s", lowest ? "false" : "true");
+  else if (ir_is_unsigned(d)) sb_printf(b, "%llu", lowest ? 0ull : (bits == 64 ? ~0ull : (1ull << bits) - 1));
+  else if (bits == 64) sb_printf(b, "%s", lowest ? "-9223372036854775808" : "9223372036854775807");
+  else sb_printf(b, "%lld", lowest ? -(1ll << (bits - 1)) : (1ll << (bits - 1)) - 1);
+}
+
+static void emit_node(sb *b, const ir_graph *g, tv v) {
+  const ir_node *n = &g->nodes[v];
+  if (n->kind == N_PARAM || n->kind == N_GET) return;
+  const ir_type *t = &n->type;
+  const ir_type *t0 = n->nops ? &g->nodes[n->ops[0]].type : t;
+  if (n->kind != N_ARGREDUCE) sb_printf(b, "    %%v%d%s = ", v, n->nresults > 1 ? ":2" : "");
+  switch (n->kind) {
+    case N_SPLAT:
+    case N_SPLAT_I64:
+      sb_printf(b, "\"stablehlo.constant\"() {value = dense<");
+      if (n->kind == N_SPLAT_I64) {
+        if (t->dtype == TPUC_PRED) sb_printf(b, "%s", n->i ? "true" : "false");
+        else if (ir_is_unsigned(t->dtype)) sb_printf(b, "%llu", (unsigned long long)n->i);
+        else sb_printf(b, "%lld", (long long)n->i);
+      } else {
+        put_splat_value(b, t->dtype, n->f);
+      }
+      sb_printf(b, "> : ");
+      put_type(b, t);
+      sb_printf(b, "} : () -> ");
+      put_type(b, t);
+      sb_printf(b, "\n");
+      return;
+    case N_CONST_I64S:
+      sb_printf(b, "\"stablehlo.constant\"() {value = dense<[");
+      put_i64s(b, n->a, n->na);
+      sb_printf(b, "]> : ");
+      put_type(b, t);
+      sb_printf(b, "} : () -> ");
+      put_type(b, t);
+      sb_printf(b, "\n");
+      return;
+    case N_IOTA:
+      sb_printf(b, "\"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ", (long long)n->i);
+      put_type(b, t);
+      sb_printf(b, "\n");
+      return;
+    case N_UNARY:
+      sb_printf(b, "\"%s\"", unary_name(n->sub));
+      put_operands(b, g, n);
+      break;
+    case N_BINARY:
+      sb_printf(b, "\"%s\"", binary_name(n->sub));
+      put_operands(b, g, n);
+      break;
+    case N_COMPARE:
+      sb_printf(b, "\"stablehlo.compare\"");
+      put_operands(b, g, n);
+      sb_printf(b,
+                " {comparison_direction = #stablehlo<comparison_direction %s>, compare_type = "
+                "#stablehlo<comparison_type %s>}",
+                cmp_dir(n->sub), cmp_type(t0->dtype));
+      break;
+    case N_SELECT:
+      sb_printf(b, "\"stablehlo.select\"");
+      put_operands(b, g, n);
+      break;
+    case N_CLAMP:
+      sb_printf(b, "\"stablehlo.clamp\"");
+      put_operands(b, g, n);
+      break;
+    case N_CONVERT:
+      sb_printf(b, "\"stablehlo.convert\"");
+      put_operands(b, g, n);
+      break;
+    case N_BITCAST:
+      sb_printf(b, "\"stablehlo.bitcast_convert\"");
+      put_operands(b, g, n);
+      break;
+    case N_RESHAPE:
+      sb_printf(b, "\"stablehlo.reshape\"");
+      put_operands(b, g, n);
+      break;
+    case N_TRANSPOSE:
+      sb_printf(b, "\"stablehlo.transpose\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {");
+      put_array(b, "permutation", n->a, n->na);
+      sb_printf(b, "}");
+      break;
+    case N_BROADCAST:
+      sb_printf(b, "\"stablehlo.broadcast_in_dim\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {");
+      put_array(b, "broadcast_dimensions", n->a, n->na);
+      sb_printf(b, "}");
+      break;
+    case N_SLICE: {
+      int k = n->na / 3;
+      sb_printf(b, "\"stablehlo.slice\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {");
+      put_array(b, "start_indices", n->a, k);
+      sb_printf(b, ", ");
+      put_array(b, "limit_indices", n->a + k, k);
+      sb_printf(b, ", ");
+      put_array(b, "strides", n->a + 2 * k, k);
+      sb_printf(b, "}");
+      break;
+    }
+    case N_CONCAT:
+      sb_printf(b, "\"stablehlo.concatenate\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {dimension = %lld : i64}", (long long)n->a[0]);
+      break;
+    case N_PAD: {
+      int k = n->na / 3;
+      sb_printf(b, "\"stablehlo.pad\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {");
+      put_array(b, "edge_padding_low", n->a, k);
+      sb_printf(b, ", ");
+      put_array(b, "edge_padding_high", n->a + k, k);
+      sb_printf(b, ", ");
+      put_array(b, "interior_padding", n->a + 2 * k, k);
+      sb_printf(b, "}");
+      break;
+    }
+    case N_REVERSE:
+      sb_printf(b, "\"stablehlo.reverse\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {");
+      put_array(b, "dimensions", n->a, n->na);
+      sb_printf(b, "}");
+      break;
+    case N_DSLICE:
+      sb_printf(b, "\"stablehlo.dynamic_slice\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {");
+      put_array(b, "slice_sizes", n->a, n->na);
+      sb_printf(b, "}");
+      break;
+    case N_DUS:
+      sb_printf(b, "\"stablehlo.dynamic_update_slice\"");
+      put_operands(b, g, n);
+      break;
+    case N_REDUCE:
+      sb_printf(b, "\"stablehlo.reduce\"");
+      put_operands(b, g, n);
+      sb_printf(b, " ");
+      put_combiner(b, t0->dtype, n->sub);
+      sb_printf(b, " {");
+      put_array(b, "dimensions", n->a, n->na);
+      sb_printf(b, "}");
+      break;
+    case N_REDUCE_WINDOW: {
+      int k = t0->ndim;
+      sb_printf(b, "\"stablehlo.reduce_window\"");
+      put_operands(b, g, n);
+      sb_printf(b, " ");
+      put_combiner(b, t0->dtype, n->sub);
+      sb_printf(b, " {");
+      put_array(b, "window_dimensions", n->a, k);
+      sb_printf(b, ", ");
+      put_array(b, "window_strides", n->a + k, k);
+      sb_printf(b, ", padding = dense<[");
+      for (int i = 0; i < k; i++)
+        sb_printf(b, "%s[%lld, %lld]", i ? ", " : "", (long long)n->a[2 * k + 2 * i],
+                  (long long)n->a[2 * k + 2 * i + 1]);
+      sb_printf(b, "]> : tensor<%dx2xi64>}", k);
+      break;
+    }
+    case N_ARGREDUCE: {
+      /* operands: x, iota along dim, then the two inits (constants inline) */
+      tpuc_dtype d = t0->dtype, id = n->rtype2.dtype;
+      ir_type it = *t0;
+      it.dtype = id;
+      sb_printf(b, "    %%v%d_io = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ", v,
+                (long long)n->a[0]);
+      put_type(b, &it);
+      sb_printf(b, "\n    %%v%d_iv = \"stablehlo.constant\"() {value = dense<", v);
+      if (ir_is_float(d)) put_float_bits(b, d, init_for_arg(d, n->sub));
+      else put_int_extreme(b, d, n->sub);
+      sb_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(d),
+                tpuc_dtype_mlir_name(d));
+      sb_printf(b, "    %%v%d_ii = \"stablehlo.constant\"() {value = dense<", v);
+      put_int_extreme(b, id, false);
+      sb_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(id),
+                tpuc_dtype_mlir_name(id));
+      sb_printf(b, "    %%v%d:2 = \"stablehlo.reduce\"(", v);
+      put_name(b, g, n->ops[0]);
+      sb_printf(b, ", %%v%d_io, %%v%d_iv, %%v%d_ii) ", v, v, v);
+      put_argreduce_region(b, d, id, n->sub);
+      sb_printf(b, " {dimensions = array<i64: %lld>} : (", (long long)n->a[0]);
+      put_type(b, t0);
+      sb_printf(b, ", ");
+      put_type(b, &it);
+      sb_printf(b, ", tensor<%s>, tensor<%s>) -> (", tpuc_dtype_mlir_name(d), tpuc_dtype_mlir_name(id));
+      put_type(b, t);
+      sb_printf(b, ", ");
+      put_type(b, &n->rtype2);
+      sb_printf(b, ")\n");
+      return;
+    }
+    case N_DOT: {
+      int nb = (int)n->a[0], nc = (int)n->a[1];
+      const int64_t *p = n->a + 2;
+      sb_printf(b, "\"stablehlo.dot_general\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {dot_dimension_numbers = #stablehlo.dot<");
+      const char *sep = "";
+      if (nb) {
+        put_list(b, "lhs_batching_dimensions", p, nb);
+        sb_printf(b, ", ");
+        put_list(b, "rhs_batching_dimensions", p + nb, nb);
+        sep = ", ";
+      }
+      sb_printf(b, "%s", sep);
+      put_list(b, "lhs_contracting_dimensions", p + 2 * nb, nc);
+      sb_printf(b, ", ");
+      put_list(b, "rhs_contracting_dimensions", p + 2 * nb + nc, nc);
+      sb_printf(b, ">");
+      if (t0->dtype == TPUC_F32 || t0->dtype == TPUC_F64 || t0->dtype == TPUC_C64 ||
+          t0->dtype == TPUC_C128)
+        sb_printf(b, ", precision_config = [#stablehlo<precision HIGHEST>, "
+                     "#stablehlo<precision HIGHEST>]");
+      sb_printf(b, "}");
+      break;
+    }
+    case N_CONV: {
+      const int64_t *a = n->a;
+      sb_printf(b, "\"stablehlo.convolution\"");
+      put_operands(b, g, n);
+      sb_printf(b,
+                " {dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, "
+                "window_strides = array<i64: %lld, %lld>, padding = dense<[[%lld, %lld], [%lld, "
+                "%lld]]> : tensor<2x2xi64>, lhs_dilation = array<i64: %lld, %lld>, rhs_dilation = "
+                "array<i64: %lld, %lld>, feature_group_count = %lld : i64, batch_group_count = 1 : "
+                "i64",
+                (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4],
+                (long long)a[5], (long long)a[6], (long long)a[7], (long long)a[8], (long long)a[9],
+                (long long)a[10]);
+      if (t0->dtype == TPUC_F32 || t0->dtype == TPUC_F64)
+        sb_printf(b, ", precision_config = [#stablehlo<precision HIGHEST>, "
+                     "#stablehlo<precision HIGHEST>]");
+      sb_printf(b, "}");
+      break;
+    }
+    case N_GATHER: {
+      const ir_gather_dims *d = n->extra;
+      sb_printf(b, "\"stablehlo.gather\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {dimension_numbers = #stablehlo.gather<");
+      put_list(b, "offset_dims", d->offset_dims, d->n_offset_dims);
+      sb_printf(b, ", ");
+      put_list(b, "collapsed_slice_dims", d->collapsed_slice_dims, d->n_collapsed);
+      sb_printf(b, ", ");
+      put_list(b, "start_index_map", d->start_index_map, d->n_start_index_map);
+      sb_printf(b, ", index_vector_dim = %lld>, ", (long long)d->index_vector_dim);
+      put_array(b, "slice_sizes", d->slice_sizes, t0->ndim);
+      sb_printf(b, ", indices_are_sorted = false}");
+      break;
+    }
+    case N_SCATTER: {
+      const ir_scatter_dims *d = n->extra;
+      sb_printf(b, "\"stablehlo.scatter\"");
+      put_operands(b, g, n);
+      sb_printf(b, " ");
+      put_combiner(b, t0->dtype, n->sub);
+      sb_printf(b, " {scatter_dimension_numbers = #stablehlo.scatter<");
+      put_list(b, "update_window_dims", d->update_window_dims, d->n_update_window_dims);
+      sb_printf(b, ", ");
+      put_list(b, "inserted_window_dims", d->inserted_window_dims, d->n_inserted);
+      sb_printf(b, ", ");
+      put_list(b, "scatter_dims_to_operand_dims", d->scatter_dims_to_operand_dims,
+               d->n_scatter_dims);
+      sb_printf(b, ", index_vector_dim = %lld>, indices_are_sorted = false, unique_indices = false}",
+                (long long)d->index_vector_dim);
+      break;
+    }
+    case N_SORT: {
+      const char *vt = tpuc_dtype_mlir_name(t0->dtype);
+      bool fl = ir_is_float(t0->dtype);
+      sb_printf(b, "\"stablehlo.sort\"");
+      put_operands(b, g, n);
+      sb_printf(b,
+                " ({\n    ^bb0(%%a: tensor<%s>, %%b: tensor<%s>, %%ai: tensor<i64>, %%bi: "
+                "tensor<i64>):\n      %%c = \"stablehlo.compare\"(%%a, %%b) {comparison_direction = "
+                "#stablehlo<comparison_direction %s>, compare_type = #stablehlo<comparison_type "
+                "%s>} : (tensor<%s>, tensor<%s>) -> tensor<i1>\n      \"stablehlo.return\"(%%c) : "
+                "(tensor<i1>) -> ()\n    }) {dimension = %lld : i64, is_stable = true}",
+                vt, vt, n->sub ? "GT" : "LT", fl ? "TOTALORDER" : cmp_type(t0->dtype), vt, vt,
+                (long long)n->a[0]);
+      break;
+    }
+    case N_RNG:
+      sb_printf(b, "\"stablehlo.rng_bit_generator\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {rng_algorithm = #stablehlo<rng_algorithm PHILOX>}");
+      break;
+    default:
+      break;
+  }
+  put_signature(b, g, n);
+}
+
+char *ir_emit(ir_graph *g, const char *name, size_t *len) {
+  if (g->error) return NULL;
+  if (g->nout == 0) {
+    ir_fail(g, "IR: the graph has no output");
+    return NULL;
+  }
+  sb b = {0};
+  sb_printf(&b, "module @%s {\n  func.func public @main(", name ? name : "tpuc");
+  int k = 0;
+  for (int v = 0; v < g->n; v++)
+    if (g->nodes[v].kind == N_PARAM) {
+      sb_printf(&b, "%s%%v%d: ", k++ ? ", " : "", v);
+      put_type(&b, &g->nodes[v].type);
+    }
+  sb_printf(&b, ") -> (");
+  for (int i = 0; i < g->nout; i++) {
+    if (i) sb_printf(&b, ", ");
+    put_type(&b, &g->nodes[g->outputs[i]].type);
+  }
+  sb_printf(&b, ") {\n");
+  for (int v = 0; v < g->n; v++) emit_node(&b, g, v);
+  sb_printf(&b, "    \"func.return\"(");
+  for (int i = 0; i < g->nout; i++) {
+    if (i) sb_printf(&b, ", ");
+    put_name(&b, g, g->outputs[i]);
+  }
+  sb_printf(&b, ") : (");
+  for (int i = 0; i < g->nout; i++) {
+    if (i) sb_printf(&b, ", ");
+    put_type(&b, &g->nodes[g->outputs[i]].type);
+  }
+  sb_printf(&b, ") -> ()\n  }\n}\n");
+  if (b.oom) {
+    free(b.s);
+    ir_fail(g, "out of host memory while emitting StableHLO");
+    return NULL;
+  }
+  if (len) *len = b.len;
+  return b.s;
+}

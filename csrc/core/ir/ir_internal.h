@@ -1,0 +1,39 @@
+/* ir_internal.h — the node representation shared by ir.c (builders) and
+ * emit/emit.c (StableHLO printer). */
+#ifndef TPUC_IR_INTERNAL_H
+#define TPUC_IR_INTERNAL_H
+
+#include "ir.h"
+
+typedef enum {
+  N_PARAM, N_SPLAT, N_SPLAT_I64, N_CONST_I64S, N_IOTA, N_UNARY, N_BINARY, N_COMPARE, N_SELECT,
+  N_CLAMP, N_CONVERT, N_BITCAST, N_RESHAPE, N_TRANSPOSE, N_BROADCAST, N_SLICE, N_CONCAT, N_PAD,
+  N_REVERSE, N_DSLICE, N_DUS, N_REDUCE, N_ARGREDUCE, N_REDUCE_WINDOW, N_DOT, N_CONV, N_GATHER,
+  N_SCATTER, N_SORT, N_RNG, N_GET
+} ir_kind;
+
+typedef struct {
+  ir_kind kind;
+  int sub;          /* unary/binary op, comparison, reducer, flags */
+  ir_type type;     /* the result type (of result 0 for multi-result nodes) */
+  tv *ops;          /* operands */
+  int nops;
+  int64_t *a;       /* integer attributes, kind-specific layout */
+  int na;
+  double f;         /* N_SPLAT value */
+  int64_t i;        /* N_SPLAT_I64 value, N_IOTA dim, N_GET index, N_PARAM number */
+  int nresults;     /* > 1 for multi-result nodes; their N_GET values follow */
+  ir_type rtype2;   /* type of result 1 (argreduce indices, sort indices, rng bits) */
+  void *extra;      /* gather/scatter dimension numbers */
+} ir_node;
+
+struct ir_graph {
+  ir_node *nodes;
+  int n, cap;
+  tv *outputs;
+  int nout, outcap;
+  int nparams;
+  char *error;
+};
+
+#endif

@@ -1,0 +1,55 @@
+/* registry.c — the table of lowerings, by ATen op name. Immutable: each
+ * family file defines its table; a family not built yet is an empty table
+ * (weak definition), so families land independently. */
+#include <string.h>
+
+#include "lower.h"
+
+#define EMPTY_FAMILY(name) \
+  __attribute__((weak)) const tpuc_lowering name[] = {{NULL, NULL}}
+
+EMPTY_FAMILY(tpuc_lowerings_elementwise);
+EMPTY_FAMILY(tpuc_lowerings_reduce);
+EMPTY_FAMILY(tpuc_lowerings_linalg);
+EMPTY_FAMILY(tpuc_lowerings_shape);
+EMPTY_FAMILY(tpuc_lowerings_index);
+EMPTY_FAMILY(tpuc_lowerings_nn);
+EMPTY_FAMILY(tpuc_lowerings_random);
+EMPTY_FAMILY(tpuc_lowerings_copy);
+
+static const tpuc_lowering *const k_families[] = {
+    tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
+    tpuc_lowerings_shape,       tpuc_lowerings_index,  tpuc_lowerings_nn,
+    tpuc_lowerings_random,      tpuc_lowerings_copy,
+};
+#define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
+
+/* Called once per operator by the glue, so a linear scan is enough. */
+const tpuc_op *tpuc_op_find(tpuc_runtime *rt, const char *name) {
+  (void)rt;
+  if (!name) return NULL;
+  for (int f = 0; f < NFAMILIES; f++)
+    for (const tpuc_lowering *l = k_families[f]; l->name; l++)
+      if (!strcmp(l->name, name)) return (const tpuc_op *)l;
+  return NULL;
+}
+
+int tpuc_op_count(tpuc_runtime *rt) {
+  (void)rt;
+  int n = 0;
+  for (int f = 0; f < NFAMILIES; f++)
+    for (const tpuc_lowering *l = k_families[f]; l->name; l++) n++;
+  return n;
+}
+
+const char *tpuc_op_name(tpuc_runtime *rt, int i) {
+  (void)rt;
+  for (int f = 0; f < NFAMILIES; f++)
+    for (const tpuc_lowering *l = k_families[f]; l->name; l++)
+      if (i-- == 0) return l->name;
+  return NULL;
+}
+
+const char *tpuc_op_name_of(const tpuc_op *op) { return ((const tpuc_lowering *)op)->name; }
+
+tpuc_lower_fn tpuc_op_lowering(const tpuc_op *op) { return ((const tpuc_lowering *)op)->fn; }

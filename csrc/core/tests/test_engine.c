@@ -1,0 +1,419 @@
+/* test_engine.c — tests of the op engine and the IR: views read and written
+ * through every path (reshape, slice, strided, gather, update-slice,
+ * scatter), the signature cache (a repeated call or a new scalar value builds
+ * and compiles nothing), and every IR primitive's StableHLO accepted and
+ * computed correctly by the plugin. Lowerings here are test-only. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../exec/exec.h"
+#include "../lower/lower.h"
+#include "harness.h"
+
+harness g_h;
+static tpuc_runtime *rt;
+
+/* ---- test lowerings ---- */
+static tpuc_status *low_add(tpuc_lower_ctx *cx) { /* out = a + b (same types) */
+  cx->results[0] = ir_binary(cx->g, IR_ADD, lx_tensor(cx, 0), lx_tensor(cx, 1));
+  return NULL;
+}
+static tpuc_status *low_scale(tpuc_lower_ctx *cx) { /* out = a * scalar */
+  tv a = lx_tensor(cx, 0);
+  tv s = lx_scalar(cx, 1, ir_typeof(cx->g, a)->dtype);
+  cx->results[0] = ir_binary(cx->g, IR_MUL, a, lx_coerce(cx->g, s, ir_type_of(cx->g, a)));
+  return NULL;
+}
+static tpuc_status *low_copy(tpuc_lower_ctx *cx) { /* out = a */
+  cx->results[0] = lx_coerce(cx->g, lx_tensor(cx, 0), cx->out_types[0]);
+  return NULL;
+}
+static tpuc_status *low_decline(tpuc_lower_ctx *cx) { return lx_unimplemented(cx, "never"); }
+
+static const tpuc_lowering k_add = {"test::add", low_add};
+static const tpuc_lowering k_scale = {"test::scale", low_scale};
+static const tpuc_lowering k_copy = {"test::copy", low_copy};
+static const tpuc_lowering k_decline = {"test::decline", low_decline};
+#define OP(l) ((const tpuc_op *)&(l))
+
+/* ---- helpers ---- */
+static tpuc_storage *storage_f32(const float *data, int64_t n) {
+  tpuc_storage *s = NULL;
+  CHECK_OK(tpuc_storage_create(rt, 0, (size_t)n * 4, &s));
+  if (s && data) CHECK_OK(tpuc_storage_upload(s, TPUC_F32, &n, 1, data));
+  return s;
+}
+
+static tpuc_tensor view(tpuc_storage *s, int ndim, const int64_t *sizes, const int64_t *strides,
+                        int64_t offset) {
+  tpuc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.storage = s;
+  t.dtype = TPUC_F32;
+  t.ndim = ndim;
+  memcpy(t.sizes, sizes, (size_t)ndim * 8);
+  memcpy(t.strides, strides, (size_t)ndim * 8);
+  t.offset = offset;
+  return t;
+}
+
+static tpuc_tensor contiguous(tpuc_storage *s, int ndim, const int64_t *sizes) {
+  int64_t strides[TPUC_MAX_DIMS], st = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    strides[i] = st;
+    st *= sizes[i];
+  }
+  return view(s, ndim, sizes, strides, 0);
+}
+
+static void read_f32(tpuc_storage *s, float *out, size_t n) {
+  CHECK_OK(tpuc_storage_download(s, out, n * 4));
+}
+
+static tpuc_status *run1(const tpuc_op *op, const tpuc_tensor *ins, int nin, tpuc_tensor out,
+                         const tpuc_arg *extra, int nextra) {
+  tpuc_arg args[8];
+  int na = 0;
+  for (int i = 0; i < nin; i++) {
+    memset(&args[na], 0, sizeof args[na]);
+    args[na].kind = TPUC_ARG_TENSOR;
+    args[na].tensors.first = i;
+    args[na].tensors.count = 1;
+    na++;
+  }
+  for (int i = 0; i < nextra; i++) args[na++] = extra[i];
+  tpuc_op_call c = {op, 0, args, na, ins, nin, &out, 1};
+  return tpuc_op_run(rt, &c, false);
+}
+
+/* ---- engine tests ---- */
+static void test_add_fresh_output(void) {
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {10, 20, 30, 40, 50, 60}, got[6];
+  int64_t sz[2] = {2, 3};
+  tpuc_storage *sa = storage_f32(a, 6), *sb = storage_f32(b, 6), *so = storage_f32(NULL, 6);
+  tpuc_tensor ins[2] = {contiguous(sa, 2, sz), contiguous(sb, 2, sz)};
+  CHECK_OK(run1(OP(k_add), ins, 2, contiguous(so, 2, sz), NULL, 0));
+  read_f32(so, got, 6);
+  for (int i = 0; i < 6; i++) CHECK(got[i] == a[i] + b[i]);
+  /* the output's buffer keeps the produced shape */
+  tpuc_buffer *ob = tpuc_storage_get_buffer(so);
+  CHECK(ob && tpuc_buffer_ndim(ob) == 2 && tpuc_buffer_dims(ob)[1] == 3);
+  tpuc_buffer_release(ob);
+  tpuc_storage_destroy(sa);
+  tpuc_storage_destroy(sb);
+  tpuc_storage_destroy(so);
+}
+
+static void test_inplace_through_view(void) {
+  /* x is 3x4; x[:, 1] += x[:, 1] (a strided view written in place) */
+  float x[12], got[12];
+  for (int i = 0; i < 12; i++) x[i] = (float)i;
+  tpuc_storage *s = storage_f32(x, 12);
+  int64_t sz[1] = {3}, st[1] = {4};
+  tpuc_tensor col = view(s, 1, sz, st, 1);
+  tpuc_tensor ins[2] = {col, col};
+  CHECK_OK(run1(OP(k_add), ins, 2, col, NULL, 0));
+  read_f32(s, got, 12);
+  for (int i = 0; i < 12; i++) CHECK(got[i] == (i % 4 == 1 ? 2.0f * i : (float)i));
+  /* a contiguous sub-range (row 1) written in place: dynamic_update_slice */
+  int64_t rs[1] = {4}, rst[1] = {1};
+  tpuc_tensor row = view(s, 1, rs, rst, 4);
+  tpuc_tensor ins2[2] = {row, row};
+  CHECK_OK(run1(OP(k_add), ins2, 2, row, NULL, 0));
+  read_f32(s, got, 12);
+  for (int i = 4; i < 8; i++) CHECK(got[i] == (i % 4 == 1 ? 4.0f * i : 2.0f * i));
+  CHECK(got[0] == 0 && got[9] == 18 && got[11] == 11);
+  tpuc_storage_destroy(s);
+}
+
+static void test_view_reads(void) {
+  float x[24], got[24];
+  for (int i = 0; i < 24; i++) x[i] = (float)i;
+  tpuc_storage *s = storage_f32(x, 24);
+  struct {
+    const char *name;
+    int ndim;
+    int64_t sizes[3], strides[3], offset;
+  } cases[] = {
+      {"transpose", 2, {6, 4}, {1, 6}, 0},
+      {"slice with step", 2, {2, 3}, {12, 2}, 1},
+      {"expand", 3, {2, 3, 4}, {0, 4, 1}, 0},
+      {"permute 3d", 3, {4, 2, 3}, {1, 12, 4}, 0},
+      {"overlapping windows", 2, {5, 4}, {2, 1}, 3},
+      {"single element", 2, {1, 1}, {5, 1}, 7},
+      {"rank 0", 0, {0}, {0}, 9},
+      {"negative-free diagonal", 1, {4}, {7, 0}, 0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int64_t n = 1;
+    for (int d = 0; d < cases[c].ndim; d++) n *= cases[c].sizes[d];
+    tpuc_storage *so = storage_f32(NULL, n);
+    tpuc_tensor in = view(s, cases[c].ndim, cases[c].sizes, cases[c].strides, cases[c].offset);
+    CHECK_OK(run1(OP(k_copy), &in, 1, contiguous(so, cases[c].ndim, cases[c].sizes), NULL, 0));
+    read_f32(so, got, (size_t)n);
+    /* expected: walk the view on the host */
+    for (int64_t i = 0; i < n; i++) {
+      int64_t rem = i, off = cases[c].offset;
+      for (int d = cases[c].ndim - 1; d >= 0; d--) {
+        off += (rem % cases[c].sizes[d]) * cases[c].strides[d];
+        rem /= cases[c].sizes[d];
+      }
+      if (got[i] != x[off]) {
+        printf("    %s: element %lld is %g, expected %g\n", cases[c].name, (long long)i, got[i],
+               x[off]);
+        CHECK(0);
+        break;
+      }
+    }
+    tpuc_storage_destroy(so);
+  }
+  tpuc_storage_destroy(s);
+}
+
+static void test_strided_write_scatter(void) {
+  /* write ones into the transposed view of a 3x2 block (non-contiguous) */
+  float x[6] = {0}, ones[6] = {1, 2, 3, 4, 5, 6}, got[6];
+  tpuc_storage *s = storage_f32(x, 6), *src = storage_f32(ones, 6);
+  int64_t sz[2] = {2, 3}, st[2] = {1, 2};
+  tpuc_tensor dst = view(s, 2, sz, st, 0);
+  tpuc_tensor in = contiguous(src, 2, sz);
+  CHECK_OK(run1(OP(k_copy), &in, 1, dst, NULL, 0));
+  read_f32(s, got, 6);
+  /* dst[i][j] = storage[i + 2j] = ones[i*3 + j] */
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) CHECK(got[i + 2 * j] == ones[i * 3 + j]);
+  tpuc_storage_destroy(s);
+  tpuc_storage_destroy(src);
+}
+
+static void test_unwritten_storage_reads_zeros(void) {
+  float got[4] = {9, 9, 9, 9};
+  tpuc_storage *s = storage_f32(NULL, 4), *so = storage_f32(NULL, 4);
+  int64_t sz[1] = {4};
+  tpuc_tensor in = contiguous(s, 1, sz);
+  CHECK_OK(run1(OP(k_copy), &in, 1, contiguous(so, 1, sz), NULL, 0));
+  read_f32(so, got, 4);
+  for (int i = 0; i < 4; i++) CHECK(got[i] == 0);
+  tpuc_storage_destroy(s);
+  tpuc_storage_destroy(so);
+}
+
+static void test_signature_cache_and_scalars(void) {
+  float a[4] = {1, 2, 3, 4}, got[4];
+  int64_t sz[1] = {4};
+  tpuc_storage *sa = storage_f32(a, 4), *so = storage_f32(NULL, 4);
+  tpuc_tensor in = contiguous(sa, 1, sz);
+  tpuc_arg sc;
+  memset(&sc, 0, sizeof sc);
+  sc.kind = TPUC_ARG_SCALAR;
+  sc.scalar.kind = TPUC_SCALAR_FLOAT;
+  tpuc_op_stats s0, s1;
+  tpuc_runtime_stats r0, r1;
+  double values[3] = {2.0, 0.5, -3.0};
+  for (int k = 0; k < 3; k++) {
+    sc.scalar.re = values[k];
+    if (k == 1) {
+      tpuc_op_stats_get(rt, &s0);
+      tpuc_runtime_stats_get(rt, &r0);
+    }
+    CHECK_OK(run1(OP(k_scale), &in, 1, contiguous(so, 1, sz), &sc, 1));
+    read_f32(so, got, 4);
+    for (int i = 0; i < 4; i++) CHECK(got[i] == (float)(a[i] * values[k]));
+  }
+  tpuc_op_stats_get(rt, &s1);
+  tpuc_runtime_stats_get(rt, &r1);
+  CHECK(s1.fast_hits == s0.fast_hits + 2);
+  CHECK(s1.fast_misses == s0.fast_misses);
+  CHECK(r1.compiles == r0.compiles);
+  CHECK(s1.emitted_bytes == s0.emitted_bytes);
+  tpuc_storage_destroy(sa);
+  tpuc_storage_destroy(so);
+}
+
+static void test_declined_is_unimplemented_and_cached(void) {
+  float a[2] = {1, 2};
+  int64_t sz[1] = {2};
+  tpuc_storage *sa = storage_f32(a, 2), *so = storage_f32(NULL, 2);
+  tpuc_tensor in = contiguous(sa, 1, sz);
+  for (int k = 0; k < 2; k++) {
+    tpuc_status *s = run1(OP(k_decline), &in, 1, contiguous(so, 1, sz), NULL, 0);
+    CHECK(s && tpuc_status_code(s) == TPUC_ERR_UNIMPLEMENTED);
+    CHECK(s && strstr(tpuc_status_message(s), "never"));
+    tpuc_status_destroy(s);
+  }
+  tpuc_storage_destroy(sa);
+  tpuc_storage_destroy(so);
+}
+
+/* ---- IR primitives against the plugin ---- */
+static tpuc_buffer *up(tpuc_dtype t, int ndim, const int64_t *dims, const void *data) {
+  tpuc_buffer *b = NULL;
+  CHECK_OK(tpuc_buffer_from_host(rt, 0, t, dims, ndim, data, &b));
+  return b;
+}
+
+/* Emits g, compiles, runs with args, downloads output k into out. */
+static bool run_graph(ir_graph *g, tpuc_buffer **args, int nargs, int k, void *out, size_t nbytes) {
+  size_t len = 0;
+  char *text = ir_emit(g, "t", &len);
+  if (!text) {
+    printf("    emit: %s\n", ir_error(g));
+    CHECK(0);
+    return false;
+  }
+  tpuc_executable *e = NULL;
+  tpuc_status *s = tpuc_compile(rt, text, len, &e);
+  if (s) {
+    printf("    compile: %.600s\n    program:\n%s\n", tpuc_status_message(s), text);
+    tpuc_status_destroy(s);
+    free(text);
+    CHECK(0);
+    return false;
+  }
+  free(text);
+  tpuc_buffer *outs[8] = {0};
+  bool ok = false;
+  CHECK_OK(tpuc_execute(e, 0, args, nargs, outs, false));
+  if (outs[0]) {
+    CHECK_OK(tpuc_buffer_to_host(outs[k], out, nbytes));
+    ok = true;
+  }
+  for (int i = 0; i < tpuc_executable_num_outputs(e); i++) tpuc_buffer_release(outs[i]);
+  tpuc_executable_release(e);
+  return ok;
+}
+
+static void test_ir_argmax_sort(void) {
+  float x[6] = {3, NAN, 1, -2, 5, 5};
+  int64_t d[2] = {2, 3};
+  ir_graph *g = ir_graph_create();
+  tv p = ir_param(g, ir_make_type(TPUC_F32, 2, d));
+  tv vals, idx, sorted, perm;
+  ir_argreduce(g, p, 1, true, TPUC_S64, &vals, &idx);
+  ir_output(g, idx);
+  ir_sort(g, p, 1, false, &sorted, &perm);
+  ir_output(g, perm);
+  ir_argreduce(g, p, 1, false, TPUC_S64, &vals, &idx);
+  ir_output(g, idx);
+  tpuc_buffer *b = up(TPUC_F32, 2, d, x);
+  int64_t amax[2], order[6], amin[2];
+  if (run_graph(g, &b, 1, 0, amax, sizeof amax)) CHECK(amax[0] == 1 && amax[1] == 1); /* NaN wins; first 5 */
+  if (run_graph(g, &b, 1, 1, order, sizeof order))
+    CHECK(order[0] == 2 && order[1] == 0 && order[2] == 1 && order[3] == 0 && order[5] == 2);
+  if (run_graph(g, &b, 1, 2, amin, sizeof amin)) CHECK(amin[0] == 1 && amin[1] == 0);
+  tpuc_buffer_release(b);
+  ir_graph_destroy(g);
+}
+
+static void test_ir_reduce_window_gather_scatter(void) {
+  float x[5] = {1, 2, 3, 4, 5};
+  int64_t d5 = 5;
+  ir_graph *g = ir_graph_create();
+  tv p = ir_param(g, ir_make_type(TPUC_F32, 1, &d5));
+  int64_t win = 5, stride = 1, pad[2] = {4, 0};
+  tv zero = ir_splat(g, ir_make_type(TPUC_F32, 0, NULL), 0);
+  ir_output(g, ir_reduce_window(g, p, zero, IR_RED_SUM, &win, &stride, pad)); /* cumsum */
+  int64_t idx[3] = {4, 0, 4}, id2[2] = {3, 1};
+  tv ix = ir_reshape(g, ir_const_i64s(g, idx, 3), 2, id2);
+  ir_gather_dims gd;
+  memset(&gd, 0, sizeof gd);
+  gd.collapsed_slice_dims[0] = 0;
+  gd.n_collapsed = 1;
+  gd.n_start_index_map = 1;
+  gd.index_vector_dim = 1;
+  gd.slice_sizes[0] = 1;
+  int64_t three = 3;
+  tv gathered = ir_gather(g, p, ix, &gd, ir_make_type(TPUC_F32, 1, &three));
+  ir_output(g, gathered);
+  ir_scatter_dims sd;
+  memset(&sd, 0, sizeof sd);
+  sd.n_inserted = 1;
+  sd.n_scatter_dims = 1;
+  sd.index_vector_dim = 1;
+  ir_output(g, ir_scatter(g, p, ix, gathered, &sd, IR_RED_SUM));
+  tpuc_buffer *b = up(TPUC_F32, 1, &d5, x);
+  float cs[5], ga[3], sc[5];
+  if (run_graph(g, &b, 1, 0, cs, sizeof cs)) CHECK(cs[0] == 1 && cs[2] == 6 && cs[4] == 15);
+  if (run_graph(g, &b, 1, 1, ga, sizeof ga)) CHECK(ga[0] == 5 && ga[1] == 1 && ga[2] == 5);
+  if (run_graph(g, &b, 1, 2, sc, sizeof sc)) CHECK(sc[0] == 2 && sc[4] == 15 && sc[2] == 3);
+  tpuc_buffer_release(b);
+  ir_graph_destroy(g);
+}
+
+static void test_ir_dot_conv_misc(void) {
+  /* conv2d of a 1x1x3x3 image with a 1x1x2x2 kernel of ones = 2x2 window sums */
+  float img[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, k[4] = {1, 1, 1, 1};
+  int64_t di[4] = {1, 1, 3, 3}, dk[4] = {1, 1, 2, 2};
+  ir_graph *g = ir_graph_create();
+  tv pi = ir_param(g, ir_make_type(TPUC_F32, 4, di));
+  tv pk = ir_param(g, ir_make_type(TPUC_F32, 4, dk));
+  int64_t st[2] = {1, 1}, pad[4] = {0, 0, 0, 0}, dil[2] = {1, 1};
+  ir_output(g, ir_conv2d(g, pi, pk, st, pad, dil, dil, 1, TPUC_F32));
+  /* erf, concat, pad, reverse, transpose, select, clamp, rng: built and run */
+  int64_t d3 = 3;
+  tv row = ir_reshape(g, ir_slice(g, ir_reshape(g, pi, 1, (int64_t[]){9}), (int64_t[]){0},
+                                  (int64_t[]){3}, NULL),
+                      1, &d3);
+  tv e = ir_unary(g, IR_ERF, ir_binary(g, IR_DIV, row, ir_splat(g, ir_type_of(g, row), 10)));
+  tv cat = ir_concat(g, (tv[]){e, ir_reverse(g, row, (int64_t[]){0}, 1)}, 2, 0);
+  tv cl = ir_clamp(g, ir_splat(g, ir_make_type(TPUC_F32, 0, NULL), 0.15),
+                   cat, ir_splat(g, ir_make_type(TPUC_F32, 0, NULL), 2.5));
+  ir_output(g, cl);
+  int64_t two = 2;
+  tv state = ir_splat_i64(g, ir_make_type(TPUC_U64, 1, &two), 7);
+  tv bits, ns;
+  ir_rng_bits(g, state, ir_make_type(TPUC_U32, 1, (int64_t[]){1000}), &bits, &ns);
+  tv bf = ir_convert(g, ir_binary(g, IR_SHR_LOGICAL, bits,
+                                  ir_splat_i64(g, ir_type_of(g, bits), 31)), TPUC_F32);
+  tv zero = ir_splat(g, ir_make_type(TPUC_F32, 0, NULL), 0);
+  ir_output(g, ir_reduce(g, bf, zero, IR_RED_SUM, (int64_t[]){0}, 1));
+  tpuc_buffer *args[2] = {up(TPUC_F32, 4, di, img), up(TPUC_F32, 4, dk, k)};
+  float conv[4], c6[6], ones;
+  if (run_graph(g, args, 2, 0, conv, sizeof conv))
+    CHECK(conv[0] == 12 && conv[1] == 16 && conv[2] == 24 && conv[3] == 28);
+  if (run_graph(g, args, 2, 1, c6, sizeof c6))
+    CHECK(fabsf(c6[0] - 0.15f) < 1e-6f && fabsf(c6[1] - erff(0.2f)) < 1e-5f && c6[3] == 2.5f &&
+          c6[5] == 1.0f);
+  if (run_graph(g, args, 2, 2, &ones, sizeof ones)) CHECK(ones > 400 && ones < 600);
+  tpuc_buffer_release(args[0]);
+  tpuc_buffer_release(args[1]);
+  ir_graph_destroy(g);
+}
+
+static void test_ir_errors_are_reported(void) {
+  ir_graph *g = ir_graph_create();
+  int64_t d2 = 2, d3 = 3;
+  tv a = ir_param(g, ir_make_type(TPUC_F32, 1, &d2));
+  tv b = ir_param(g, ir_make_type(TPUC_F32, 1, &d3));
+  CHECK(ir_binary(g, IR_ADD, a, b) == IR_NONE);
+  CHECK(ir_error(g) && strstr(ir_error(g), "differ"));
+  CHECK(ir_emit(g, "t", NULL) == NULL);
+  ir_graph_destroy(g);
+}
+
+int main(void) {
+  if (!getenv("TPUC_PJRT_PLUGIN")) {
+    printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
+    return 1;
+  }
+  tpuc_status *s = tpuc_runtime_create(NULL, &rt);
+  if (s) {
+    printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
+    tpuc_status_destroy(s);
+    return 1;
+  }
+  RUN(test_add_fresh_output);
+  RUN(test_inplace_through_view);
+  RUN(test_view_reads);
+  RUN(test_strided_write_scatter);
+  RUN(test_unwritten_storage_reads_zeros);
+  RUN(test_signature_cache_and_scalars);
+  RUN(test_declined_is_unimplemented_and_cached);
+  RUN(test_ir_argmax_sort);
+  RUN(test_ir_reduce_window_gather_scatter);
+  RUN(test_ir_dot_conv_misc);
+  RUN(test_ir_errors_are_reported);
+  tpuc_runtime_destroy(rt);
+  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
+  return g_h.failed ? 1 : 0;
+}
