@@ -245,6 +245,32 @@ static void test_declined_is_unimplemented_and_cached(void) {
   tpuc_storage_destroy(so);
 }
 
+static void test_complex_views_of_float_storage(void) {
+  /* view_as_complex: a c64 view of a float storage, squared into a c64 storage,
+   * then view_as_real of that: float pairs again */
+  float x[4] = {1, 2, 3, -1}, got[4];
+  tpuc_storage *s = storage_f32(x, 4), *sc = NULL, *sr = storage_f32(NULL, 4);
+  CHECK_OK(tpuc_storage_create(rt, 0, 16, &sc));
+  int64_t two = 2, one = 1, sz22[2] = {2, 2}, st22[2] = {2, 1};
+  tpuc_tensor cin = view(s, 1, &two, &one, 0);
+  cin.dtype = TPUC_C64;
+  tpuc_tensor cout = cin;
+  cout.storage = sc;
+  tpuc_tensor ins[2] = {cin, cin};
+  CHECK_OK(run1(OP(k_add), ins, 2, cout, NULL, 0)); /* c + c */
+  tpuc_tensor real_view = view(sc, 2, sz22, st22, 0);
+  CHECK_OK(run1(OP(k_copy), &real_view, 1, contiguous(sr, 2, sz22), NULL, 0));
+  read_f32(sr, got, 4);
+  CHECK(got[0] == 2 && got[1] == 4 && got[2] == 6 && got[3] == -2);
+  /* writing a complex view into the float storage: x = c + c */
+  CHECK_OK(run1(OP(k_add), ins, 2, cin, NULL, 0));
+  read_f32(s, got, 4);
+  CHECK(got[0] == 2 && got[1] == 4 && got[2] == 6 && got[3] == -2);
+  tpuc_storage_destroy(s);
+  tpuc_storage_destroy(sc);
+  tpuc_storage_destroy(sr);
+}
+
 /* ---- IR primitives against the plugin ---- */
 static tpuc_buffer *up(tpuc_dtype t, int ndim, const int64_t *dims, const void *data) {
   tpuc_buffer *b = NULL;
@@ -407,6 +433,7 @@ int main(void) {
   RUN(test_view_reads);
   RUN(test_strided_write_scatter);
   RUN(test_unwritten_storage_reads_zeros);
+  RUN(test_complex_views_of_float_storage);
   RUN(test_signature_cache_and_scalars);
   RUN(test_declined_is_unimplemented_and_cached);
   RUN(test_ir_argmax_sort);
