@@ -1,0 +1,93 @@
+"""Trains the same model on "cpu" and on "tpu" with the same seeds and data and
+prints a JSON report (per-step losses, max parameter difference, compiles per
+step, fallbacks). Run by test_training.py in a fresh process per mode, so
+that the device's statistics start from zero.
+
+    python tests/train_check.py mlp|transformer [--steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from llama import Llama, LlamaConfig  # noqa: E402
+
+
+def make_mlp() -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.ReLU(), nn.LayerNorm(64),
+        nn.Linear(64, 10),
+    )
+
+
+def make_transformer() -> nn.Module:
+    return Llama(LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, hidden_dim=96,
+                             max_seq_len=16))
+
+
+def data(kind: str, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1234)
+    out = []
+    for _ in range(steps):
+        if kind == "mlp":
+            out.append((torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)))
+        else:
+            out.append((torch.randint(0, 64, (4, 16), generator=g),
+                        torch.randint(0, 64, (4, 16), generator=g)))
+    return out
+
+
+def train(kind: str, device: str, steps: int) -> dict:
+    torch.manual_seed(0)
+    model = (make_mlp() if kind == "mlp" else make_transformer()).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    losses, compiles = [], []
+    for x, y in data(kind, steps):
+        x, y = x.to(device), y.to(device)
+        if kind == "mlp":
+            loss = nn.functional.cross_entropy(model(x), y)
+        else:
+            _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if device == "tpu":
+            compiles.append(torch.tpu.stats()["compiles"])
+    params = [p.detach().to("cpu") for p in model.parameters()]
+    return {"losses": losses, "compiles": compiles, "params": params}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind", choices=["mlp", "transformer"])
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    ref = train(args.kind, "cpu", args.steps)
+    dev = train(args.kind, "tpu", args.steps)
+    rel = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ref["losses"], dev["losses"])]
+    pdiff = max(
+        ((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item()
+        for a, b in zip(ref["params"], dev["params"])
+    )
+    stats = torch.tpu.stats()
+    print(json.dumps({
+        "cpu_losses": ref["losses"],
+        "tpu_losses": dev["losses"],
+        "max_rel_loss_diff": max(rel),
+        "max_rel_param_diff": pdiff,
+        "compiles_per_step": dev["compiles"],
+        "fallbacks": stats.get("fallbacks", {}),
+        "launch_blocking": os.environ.get("TPUC_LAUNCH_BLOCKING", "0"),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
