@@ -1,0 +1,183 @@
+/* lower_ops.h — small IR helpers shared by the linalg, shape, index and nn
+ * lowerings: constants, reductions that keep dims, broadcasting binary ops,
+ * index wrapping and a batched matmul with f32 accumulation for f16/bf16.
+ * Header-only (static inline) so each family file stays self-contained. */
+#ifndef TPUC_LOWER_OPS_H
+#define TPUC_LOWER_OPS_H
+
+#include <math.h>
+#include <string.h>
+
+#include "lower.h"
+
+/* A rank-0 constant. */
+static inline tv lo_const(ir_graph *g, tpuc_dtype d, double v) {
+  return ir_splat(g, ir_scalar_type(d), v);
+}
+
+static inline tpuc_dtype lo_dtype(ir_graph *g, tv x) { return ir_type_of(g, x).dtype; }
+static inline int lo_rank(ir_graph *g, tv x) { return ir_type_of(g, x).ndim; }
+
+/* The identity of a reducer for dtype d (lowest/highest value for max/min). */
+static inline tv lo_init(ir_graph *g, tpuc_dtype d, ir_reducer r) {
+  ir_type t = ir_scalar_type(d);
+  switch (r) {
+    case IR_RED_SUM:
+    case IR_RED_OR:
+      return ir_splat(g, t, 0.0);
+    case IR_RED_PROD:
+    case IR_RED_AND:
+      return ir_splat(g, t, 1.0);
+    case IR_RED_MAX:
+    case IR_RED_MIN: {
+      bool mx = r == IR_RED_MAX;
+      if (ir_is_float(d)) return ir_splat(g, t, mx ? -INFINITY : INFINITY);
+      if (d == TPUC_PRED) return ir_splat(g, t, mx ? 0.0 : 1.0);
+      int bits = (int)tpuc_dtype_size(d) * 8;
+      if (ir_is_unsigned(d))
+        return mx ? ir_splat_i64(g, t, 0)
+                  : ir_splat_i64(g, t, bits >= 64 ? -1 : (int64_t)((1ULL << bits) - 1));
+      int64_t hi = bits >= 64 ? INT64_MAX : (int64_t)((1ULL << (bits - 1)) - 1);
+      return ir_splat_i64(g, t, mx ? -hi - 1 : hi);
+    }
+  }
+  return ir_splat(g, t, 0.0);
+}
+
+/* Reduces `dims` of x; with keep, the reduced dims stay as size 1. */
+static inline tv lo_reduce(ir_graph *g, tv x, ir_reducer r, const int64_t *dims, int n, bool keep) {
+  ir_type t = ir_type_of(g, x);
+  tv y = ir_reduce(g, x, lo_init(g, t.dtype, r), r, dims, n);
+  if (!keep) return y;
+  for (int i = 0; i < n; i++)
+    if (dims[i] >= 0 && dims[i] < t.ndim) t.dims[dims[i]] = 1;
+  return ir_reshape(g, y, t.ndim, t.dims);
+}
+
+static inline tv lo_sum(ir_graph *g, tv x, const int64_t *dims, int n, bool keep) {
+  return lo_reduce(g, x, IR_RED_SUM, dims, n, keep);
+}
+
+/* Reduces every dim but `keep_dim` (for per-channel statistics). */
+static inline tv lo_sum_except(ir_graph *g, tv x, int keep_dim) {
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = 0, r = lo_rank(g, x);
+  for (int i = 0; i < r; i++)
+    if (i != keep_dim) dims[n++] = i;
+  return lo_sum(g, x, dims, n, false);
+}
+
+/* Numpy-style broadcast of shapes a and b into *t (dtype of a). */
+static inline bool lo_bshape_t(ir_graph *g, ir_type ta, ir_type tb, ir_type *t) {
+  int n = ta.ndim > tb.ndim ? ta.ndim : tb.ndim;
+  *t = ta;
+  t->ndim = n;
+  for (int i = 0; i < n; i++) {
+    int ia = i - (n - ta.ndim), ib = i - (n - tb.ndim);
+    int64_t da = ia >= 0 ? ta.dims[ia] : 1, db = ib >= 0 ? tb.dims[ib] : 1;
+    if (da != db && da != 1 && db != 1) {
+      ir_fail(g, "lowering: shapes do not broadcast");
+      return false;
+    }
+    t->dims[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+static inline bool lo_bshape(ir_graph *g, tv a, tv b, ir_type *t) {
+  return lo_bshape_t(g, ir_type_of(g, a), ir_type_of(g, b), t);
+}
+
+/* Binary op with numpy broadcasting; b is converted to a's dtype. */
+static inline tv lo_bin(ir_graph *g, ir_binary_op op, tv a, tv b) {
+  if (a == IR_NONE || b == IR_NONE) return IR_NONE;
+  b = ir_convert(g, b, lo_dtype(g, a));
+  ir_type t;
+  if (!lo_bshape(g, a, b, &t)) return IR_NONE;
+  return ir_binary(g, op, lx_broadcast_to(g, a, t.ndim, t.dims),
+                   lx_broadcast_to(g, b, t.ndim, t.dims));
+}
+
+static inline tv lo_cmp(ir_graph *g, ir_cmp c, tv a, tv b) {
+  if (a == IR_NONE || b == IR_NONE) return IR_NONE;
+  b = ir_convert(g, b, lo_dtype(g, a));
+  ir_type t;
+  if (!lo_bshape(g, a, b, &t)) return IR_NONE;
+  return ir_compare(g, c, lx_broadcast_to(g, a, t.ndim, t.dims),
+                    lx_broadcast_to(g, b, t.ndim, t.dims));
+}
+
+/* select(p, a, b) with all three broadcast together; b takes a's dtype. */
+static inline tv lo_where(ir_graph *g, tv p, tv a, tv b) {
+  if (p == IR_NONE || a == IR_NONE || b == IR_NONE) return IR_NONE;
+  b = ir_convert(g, b, lo_dtype(g, a));
+  ir_type t, u;
+  if (!lo_bshape(g, a, b, &t)) return IR_NONE;
+  a = lx_broadcast_to(g, a, t.ndim, t.dims);
+  if (!lo_bshape(g, a, p, &u)) return IR_NONE;
+  return ir_select(g, lx_broadcast_to(g, p, u.ndim, u.dims), lx_broadcast_to(g, a, u.ndim, u.dims),
+                   lx_broadcast_to(g, b, u.ndim, u.dims));
+}
+
+/* Binary op with a constant of a's dtype. */
+static inline tv lo_binc(ir_graph *g, ir_binary_op op, tv a, double c) {
+  if (a == IR_NONE) return IR_NONE;
+  return ir_binary(g, op, a, lx_splat_like(g, a, c));
+}
+
+/* Keeps the shape, converts to t's dtype; t must be x's shape (or a
+ * broadcast of it). The usual last step of a lowering. */
+static inline tv lo_out(ir_graph *g, tv x, ir_type t) { return lx_coerce(g, x, t); }
+
+/* Integer index values as s64, negative ones wrapped by `size`. */
+static inline tv lo_wrap_index(ir_graph *g, tv idx, int64_t size) {
+  idx = ir_convert(g, idx, TPUC_S64);
+  ir_type t = ir_type_of(g, idx);
+  tv zero = ir_splat_i64(g, t, 0);
+  tv wrapped = ir_binary(g, IR_ADD, idx, ir_splat_i64(g, t, size));
+  return ir_select(g, ir_compare(g, IR_LT, idx, zero), wrapped, idx);
+}
+
+/* x with a size-1 dim inserted at `dim`. */
+static inline tv lo_unsqueeze(ir_graph *g, tv x, int dim) {
+  ir_type t = ir_type_of(g, x);
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i <= t.ndim; i++) {
+    if (i == dim) dims[n++] = 1;
+    if (i < t.ndim) dims[n++] = t.dims[i];
+  }
+  return ir_reshape(g, x, n, dims);
+}
+
+/* a @ b over the last two dims with `nb` leading batch dims (same sizes in
+ * a and b): [batch, M, N]. ta/tb: a is [batch, K, M] / b is [batch, N, K].
+ * a takes b's dtype; f16/bf16 accumulate in f32 (the result's dtype is
+ * lx_compute_dtype of the inputs'). */
+static inline tv lo_matmul(ir_graph *g, tv a, tv b, int nb, bool ta, bool tb) {
+  int64_t bd[TPUC_MAX_DIMS];
+  for (int i = 0; i < nb; i++) bd[i] = i;
+  int64_t ca = nb + (ta ? 0 : 1), cb = nb + (tb ? 1 : 0);
+  tpuc_dtype d = lo_dtype(g, b);
+  a = ir_convert(g, a, d);
+  return ir_dot_general(g, a, b, bd, bd, nb, &ca, &cb, 1, lx_compute_dtype(d));
+}
+
+/* Value of int list arg i at position k (repeating a single value, as
+ * PyTorch's int[2] arguments do), or dflt when absent/empty. */
+static inline int64_t lo_ints_at(const tpuc_lower_ctx *cx, int i, int k, int64_t dflt) {
+  const int64_t *v;
+  int n = lx_ints(cx, i, &v);
+  if (n <= 0) return dflt;
+  return v[k < n ? k : n - 1];
+}
+
+/* The RNG argument of an op (an explicit Generator? or the one the engine
+ * appends for ops that draw from the default generator), or IR_NONE. */
+static inline tv lo_rng_state(const tpuc_lower_ctx *cx) {
+  for (int i = cx->call->nargs - 1; i >= 0; i--)
+    if (cx->call->args[i].kind == TPUC_ARG_RNG) return cx->scalar_vals[i];
+  return IR_NONE;
+}
+
+#endif /* TPUC_LOWER_OPS_H */
