@@ -6,7 +6,8 @@
 # make test-c       the C core tests against the XLA CPU plugin
 # make test-c-asan  the same under AddressSanitizer + UndefinedBehaviorSanitizer
 # make test-py      pytest only
-# make demo         what tpuc can show today
+# make demo         train the example Llama-style model on "tpu"
+# make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -16,7 +17,10 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-c test-c-asan test-py demo clean
+.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check clean
+
+BENCH ?= full
+BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory
 
 setup: $(STAMP)
 
@@ -24,7 +28,7 @@ $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q xla-cpu-pjrt numpy pytest scikit-build-core cmake ninja
+	$(PIP) install -q xla-cpu-pjrt numpy pytest scikit-build-core cmake ninja matplotlib
 	touch $@
 
 $(STAMP): $(VENV)/.deps $(CORE_SRC)
@@ -58,6 +62,13 @@ test: test-c test-c-asan test-py
 
 demo: $(STAMP)
 	$(VENV)/bin/tpuc info
+
+# Benchmarks: `make bench` (under 20 minutes) or `make bench BENCH=quick`.
+bench: $(STAMP)
+	$(PY) -m bench.run --cases $(BENCH_CASES) $(if $(filter quick,$(BENCH)),--quick,)
+
+bench-check:
+	$(PY) -m bench.check
 
 clean:
 	rm -rf build dist $(STAMP)

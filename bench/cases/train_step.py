@@ -1,0 +1,107 @@
+"""Training throughput of the example Llama-style model: tokens/s and MFU."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .common import compiled_available, eager_mode, fused_available, machine_peak, tpu_available
+
+COMMAND = "make bench BENCH_CASES=train_step"
+
+
+def configs(quick: bool) -> dict:
+    from llama import LlamaConfig
+
+    small = LlamaConfig(vocab_size=256, dim=256, n_layers=6, n_heads=8, hidden_dim=688,
+                        max_seq_len=128)
+    large = LlamaConfig(vocab_size=256, dim=640, n_layers=10, n_heads=10, hidden_dim=1712,
+                        max_seq_len=128)
+    return {"5M": small} if quick else {"5M": small, "50M": large}
+
+
+def _step_fn(model, opt, x, y, device: str):
+    def step():
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _measure(cfg, contender: str, batch: int, seq: int, steps: int, warmup: int) -> dict:
+    from llama import Llama
+
+    device = "cpu" if contender.startswith("cpu") else "tpu"
+    torch.manual_seed(0)
+    model = Llama(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
+    y = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
+    step = _step_fn(model, opt, x, y, device)
+    if contender == "cpu inductor":
+        step = torch.compile(step)
+    if contender == "tpu compiled":
+        step = torch.compile(step, backend="tpu")
+    mode = contender.split()[-1] if device == "tpu" else None
+    times = []
+    ctx = eager_mode(mode) if mode in ("strict", "fused") else None
+    if ctx:
+        ctx.__enter__()
+    try:
+        for i in range(warmup + steps):
+            t0 = time.perf_counter()
+            step().item()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    finally:
+        if ctx:
+            ctx.__exit__(None, None, None)
+    times.sort()
+    med = times[len(times) // 2]
+    return {"median_s": med, "min_s": times[0], "max_s": times[-1],
+            "params": sum(p.numel() for p in model.parameters())}
+
+
+def run(quick: bool) -> dict:
+    from llama import flops_per_token
+
+    batch, seq = (8, 64) if quick else (8, 128)
+    steps, warmup = (2, 1) if quick else (5, 2)
+    peak = machine_peak(torch.float32, quick)
+    contenders = ["cpu eager", "cpu inductor"]
+    if tpu_available():
+        contenders.append("tpu strict")
+    if fused_available():
+        contenders.append("tpu fused")
+    if compiled_available():
+        contenders.append("tpu compiled")
+    rows = []
+    for size, cfg in configs(quick).items():
+        base = None
+        for c in contenders:
+            try:
+                m = _measure(cfg, c, batch, seq, steps, warmup)
+            except Exception as e:  # a contender that fails is reported, not hidden
+                rows.append({"model": size, "contender": c, "error": f"{type(e).__name__}: {e}"[:300]})
+                continue
+            tok_s = batch * seq / m["median_s"]
+            mfu = flops_per_token(cfg, m["params"], seq) * tok_s / peak
+            if c == "cpu eager":
+                base = tok_s
+            rows.append({"model": size, "contender": c, "params": m["params"],
+                         "tokens_per_s": tok_s, "step_s": m, "mfu": mfu,
+                         "vs_cpu_eager": tok_s / base if base else None})
+    return {
+        "title": "Train step: tokens/s and MFU of the example model",
+        "command": COMMAND,
+        "batch": batch, "seq": seq,
+        "peak_gflops_fp32": peak / 1e9,
+        "rows": rows,
+        "notes": "AdamW, float32, batch x seq tokens per step; median step time after warm-up. "
+                 "MFU = FLOPs per token (6 x parameters + attention) x tokens/s / measured fp32 "
+                 "peak of this machine.",
+    }
