@@ -1,0 +1,312 @@
+/* elementwise_unary.c — lowerings of PyTorch's unary elementwise ops (math
+ * functions, rounding, predicates such as isnan), clamp, and the activations
+ * with their backward formulas (relu, gelu, silu, elu, softplus, ...).
+ *
+ * Simple ops are one line each in a table of {primitive or builder, flags};
+ * ops with extra arguments read them by schema position. Formulas follow
+ * PyTorch's CPU kernels (same branches and evaluation order) so results
+ * match within the default test tolerances; float16/bfloat16 compute in
+ * float32. The elementwise table in elementwise.c lists these functions. */
+#include <math.h>
+#include <string.h>
+
+#include "elementwise.h"
+
+#define LN2 0.69314718055994530942
+#define LN10 2.30258509299404568402
+#define SQRT1_2 0.70710678118654752440
+
+typedef tv (*build1)(ir_graph *g, tv x);
+
+enum {
+  U_FLOAT = 1,   /* integer and bool inputs compute in floating point */
+  U_COMPLEX = 2, /* complex inputs are supported */
+  U_INT_ID = 4,  /* the identity on integers and bool (rounding) */
+  U_EXACT = 8,   /* compute in the input's dtype itself, even float16/bfloat16 */
+  U_INTEGER = 16 /* only bool and integer inputs */
+};
+
+/* Self (arg 0) converted to the dtype to compute in; IR_NONE when the flags
+ * rule the input's dtype out. */
+static tv self_in(tpuc_lower_ctx *cx, unsigned flags) {
+  tpuc_dtype d = lx_tensor_desc(cx, 0)->dtype;
+  bool integral = !ir_is_float(d) && !ir_is_complex(d);
+  if (ir_is_complex(d) && !(flags & U_COMPLEX)) return IR_NONE;
+  if ((flags & U_INTEGER) && !integral) return IR_NONE;
+  if (integral && (flags & U_FLOAT)) d = ew_float_of(cx, d);
+  if (!(flags & U_EXACT)) d = lx_compute_dtype(d);
+  return lx_convert(cx->g, lx_tensor(cx, 0), d);
+}
+
+static tpuc_status *unary(tpuc_lower_ctx *cx, unsigned flags, ir_unary_op op, build1 fn) {
+  tpuc_dtype d = lx_tensor_desc(cx, 0)->dtype;
+  if ((flags & U_INT_ID) && !ir_is_float(d) && !ir_is_complex(d))
+    return ew_finish(cx, lx_tensor(cx, 0));
+  tv x = self_in(cx, flags);
+  if (x == IR_NONE) return lx_unimplemented(cx, "input dtype");
+  return ew_finish(cx, fn ? fn(cx->g, x) : ir_unary(cx->g, op, x));
+}
+
+/* A scalar arg like x (converted, broadcast), or `dflt` when absent. */
+static tv scalar_like(tpuc_lower_ctx *cx, int i, tv x, double dflt) {
+  if (lx_is_none(cx, i)) return ew_splat(cx->g, x, dflt);
+  return ew_operand(cx, i, ir_type_of(cx->g, x));
+}
+
+#define K(v) ew_splat(g, x, (v))
+#define ADD(a, b) ir_binary(g, IR_ADD, (a), (b))
+#define SUB(a, b) ir_binary(g, IR_SUB, (a), (b))
+#define MUL(a, b) ir_binary(g, IR_MUL, (a), (b))
+#define DIV(a, b) ir_binary(g, IR_DIV, (a), (b))
+#define U(op, a) ir_unary(g, (op), (a))
+#define SEL(c, a, b) ir_select(g, (c), (a), (b))
+#define CMP(dir, a, b) ir_compare(g, (dir), (a), (b))
+
+/* ---- builders of the simple ops ---- */
+
+static tv u_sign(ir_graph *g, tv x) { /* (0 < x) - (x < 0): 0 for NaN, as PyTorch */
+  tpuc_dtype d = ir_type_of(g, x).dtype;
+  if (d == TPUC_PRED) return x;
+  tv pos = ir_convert(g, CMP(IR_LT, K(0), x), d);
+  return SUB(pos, ir_convert(g, CMP(IR_LT, x, K(0)), d));
+}
+
+static tv u_sgn(ir_graph *g, tv x) {
+  if (!ir_is_complex(ir_type_of(g, x).dtype)) return u_sign(g, x);
+  tv a = ir_convert(g, U(IR_ABS, x), ir_type_of(g, x).dtype);
+  return SEL(CMP(IR_EQ, a, K(0)), K(0), DIV(x, a));
+}
+
+static tv u_exp2(ir_graph *g, tv x) { return ir_binary(g, IR_POW, K(2.0), x); }
+static tv u_log2(ir_graph *g, tv x) { return DIV(U(IR_LOG, x), K(LN2)); }
+static tv u_log10(ir_graph *g, tv x) { return DIV(U(IR_LOG, x), K(LN10)); }
+static tv u_reciprocal(ir_graph *g, tv x) { return DIV(K(1.0), x); }
+static tv u_trunc(ir_graph *g, tv x) { return ew_trunc(g, x); }
+static tv u_frac(ir_graph *g, tv x) { return SUB(x, ew_trunc(g, x)); }
+static tv u_logical_not(ir_graph *g, tv x) { return CMP(IR_EQ, x, K(0)); }
+static tv u_isnan(ir_graph *g, tv x) { return ew_isnan(g, x); }
+static tv u_relu(ir_graph *g, tv x) { return ew_max(g, x, K(0)); }
+
+static tv u_isinf(ir_graph *g, tv x) {
+  if (!ir_is_float(ir_type_of(g, x).dtype)) return ir_convert(g, K(0), TPUC_PRED);
+  return CMP(IR_EQ, U(IR_ABS, x), K(INFINITY));
+}
+
+static tv u_isfinite(ir_graph *g, tv x) {
+  if (!ir_is_float(ir_type_of(g, x).dtype)) return ir_convert(g, K(1), TPUC_PRED);
+  return U(IR_IS_FINITE, x);
+}
+
+/* min(max(x + 3, 0), 6) / 6 */
+static tv hard_sigmoid(ir_graph *g, tv x) {
+  return DIV(ew_min(g, ew_max(g, ADD(x, K(3)), K(0)), K(6)), K(6));
+}
+static tv u_hardsigmoid(ir_graph *g, tv x) { return hard_sigmoid(g, x); }
+static tv u_hardswish(ir_graph *g, tv x) { return MUL(x, hard_sigmoid(g, x)); }
+static tv u_mish(ir_graph *g, tv x) { return MUL(x, U(IR_TANH, U(IR_LOG1P, U(IR_EXP, x)))); }
+static tv u_silu(ir_graph *g, tv x) { return MUL(x, U(IR_LOGISTIC, x)); }
+
+#define UNARY(name, flags, op, fn) \
+  tpuc_status *name(tpuc_lower_ctx *cx) { return unary(cx, flags, op, fn); }
+#define PRIM(name, flags, op) UNARY(name, flags, op, NULL)
+#define BUILT(name, flags, fn) UNARY(name, flags, IR_UNARY_COUNT, fn)
+
+PRIM(ew_neg, U_EXACT | U_COMPLEX, IR_NEG)
+PRIM(ew_abs, U_EXACT | U_COMPLEX, IR_ABS)
+BUILT(ew_sign, U_EXACT, u_sign)
+BUILT(ew_sgn, U_EXACT | U_COMPLEX, u_sgn)
+PRIM(ew_exp, U_FLOAT | U_COMPLEX, IR_EXP)
+BUILT(ew_exp2, U_FLOAT, u_exp2)
+PRIM(ew_expm1, U_FLOAT, IR_EXPM1)
+PRIM(ew_log, U_FLOAT | U_COMPLEX, IR_LOG)
+BUILT(ew_log2, U_FLOAT, u_log2)
+BUILT(ew_log10, U_FLOAT, u_log10)
+PRIM(ew_log1p, U_FLOAT, IR_LOG1P)
+PRIM(ew_sqrt, U_FLOAT | U_COMPLEX, IR_SQRT)
+PRIM(ew_rsqrt, U_FLOAT, IR_RSQRT)
+BUILT(ew_reciprocal, U_FLOAT | U_COMPLEX, u_reciprocal)
+PRIM(ew_sin, U_FLOAT | U_COMPLEX, IR_SIN)
+PRIM(ew_cos, U_FLOAT | U_COMPLEX, IR_COS)
+PRIM(ew_tan, U_FLOAT, IR_TAN)
+PRIM(ew_asin, U_FLOAT, IR_ASIN)
+PRIM(ew_acos, U_FLOAT, IR_ACOS)
+PRIM(ew_atan, U_FLOAT, IR_ATAN)
+PRIM(ew_sinh, U_FLOAT, IR_SINH)
+PRIM(ew_cosh, U_FLOAT, IR_COSH)
+PRIM(ew_tanh, U_FLOAT | U_COMPLEX, IR_TANH)
+PRIM(ew_asinh, U_FLOAT, IR_ASINH)
+PRIM(ew_acosh, U_FLOAT, IR_ACOSH)
+PRIM(ew_atanh, U_FLOAT, IR_ATANH)
+PRIM(ew_sigmoid, U_FLOAT, IR_LOGISTIC)
+PRIM(ew_erf, U_FLOAT, IR_ERF)
+PRIM(ew_erfc, U_FLOAT, IR_ERFC)
+PRIM(ew_erfinv, U_FLOAT, IR_ERF_INV)
+PRIM(ew_floor, U_INT_ID | U_EXACT, IR_FLOOR)
+PRIM(ew_ceil, U_INT_ID | U_EXACT, IR_CEIL)
+PRIM(ew_round, U_INT_ID | U_EXACT, IR_ROUND_EVEN)
+BUILT(ew_trunc_op, U_INT_ID | U_EXACT, u_trunc)
+BUILT(ew_frac, 0, u_frac)
+PRIM(ew_bitwise_not, U_EXACT | U_INTEGER, IR_NOT)
+BUILT(ew_logical_not, U_EXACT | U_COMPLEX, u_logical_not)
+BUILT(ew_isnan_op, U_EXACT | U_COMPLEX, u_isnan)
+BUILT(ew_isinf, U_EXACT, u_isinf)
+BUILT(ew_isfinite, U_EXACT, u_isfinite)
+BUILT(ew_relu, U_EXACT, u_relu)
+BUILT(ew_hardsigmoid, U_FLOAT, u_hardsigmoid)
+BUILT(ew_hardswish, U_FLOAT, u_hardswish)
+BUILT(ew_mish, U_FLOAT, u_mish)
+BUILT(ew_silu, U_FLOAT, u_silu)
+
+/* ---- ops with arguments ---- */
+
+#define SELF_OR_FAIL(flags)                                                  \
+  ir_graph *g = cx->g;                                                       \
+  tv x = self_in(cx, (flags));                                               \
+  if (x == IR_NONE) return lx_unimplemented(cx, "input dtype");
+
+tpuc_status *ew_round_decimals(tpuc_lower_ctx *cx) { /* (self, *, decimals) */
+  int64_t dec = lx_int(cx, 1, 0);
+  if (!ir_is_float(lx_tensor_desc(cx, 0)->dtype)) return ew_round(cx);
+  SELF_OR_FAIL(0)
+  tv p = K(pow(10.0, (double)(dec < 0 ? -dec : dec)));
+  if (dec < 0) return ew_finish(cx, MUL(U(IR_ROUND_EVEN, DIV(x, p)), p));
+  return ew_finish(cx, DIV(U(IR_ROUND_EVEN, MUL(x, p)), p));
+}
+
+tpuc_status *ew_nan_to_num(tpuc_lower_ctx *cx) { /* (self, nan?, posinf?, neginf?) */
+  tpuc_dtype d = lx_tensor_desc(cx, 0)->dtype;
+  if (!ir_is_float(d)) return ew_finish(cx, lx_tensor(cx, 0));
+  SELF_OR_FAIL(U_EXACT) /* the replacements are the dtype's own extremes */
+  double big = ew_finite_max(d);
+  tv r = SEL(ew_isnan(g, x), scalar_like(cx, 1, x, 0.0), x);
+  r = SEL(CMP(IR_EQ, x, K(INFINITY)), scalar_like(cx, 2, x, big), r);
+  return ew_finish(cx, SEL(CMP(IR_EQ, x, K(-INFINITY)), scalar_like(cx, 3, x, -big), r));
+}
+
+/* clamp(self, min?, max?): args lo_arg / hi_arg (-1: none), NaN-propagating. */
+static tpuc_status *clamp(tpuc_lower_ctx *cx, int lo_arg, int hi_arg) {
+  int idx[3] = {0, lo_arg < 0 ? hi_arg : lo_arg, hi_arg < 0 ? lo_arg : hi_arg};
+  tpuc_dtype d = ew_result_type(cx, idx, 3);
+  if (d == EW_UNDEFINED || ir_is_complex(d)) return lx_unimplemented(cx, "operand dtypes");
+  ir_graph *g = cx->g;
+  ir_type t = ew_out_as(cx, lx_compute_dtype(d));
+  tv r = ew_operand(cx, 0, t);
+  if (lo_arg >= 0 && !lx_is_none(cx, lo_arg)) r = ew_max(g, r, ew_operand(cx, lo_arg, t));
+  if (hi_arg >= 0 && !lx_is_none(cx, hi_arg)) r = ew_min(g, r, ew_operand(cx, hi_arg, t));
+  return ew_finish(cx, r);
+}
+
+tpuc_status *ew_clamp(tpuc_lower_ctx *cx) { return clamp(cx, 1, 2); }
+tpuc_status *ew_clamp_min(tpuc_lower_ctx *cx) { return clamp(cx, 1, -1); }
+tpuc_status *ew_clamp_max(tpuc_lower_ctx *cx) { return clamp(cx, -1, 1); }
+
+tpuc_status *ew_hardtanh(tpuc_lower_ctx *cx) { /* (self, min_val=-1, max_val=1) */
+  SELF_OR_FAIL(U_EXACT)
+  tv r = ew_min(g, ew_max(g, x, scalar_like(cx, 1, x, -1.0)), scalar_like(cx, 2, x, 1.0));
+  return ew_finish(cx, r);
+}
+
+tpuc_status *ew_leaky_relu(tpuc_lower_ctx *cx) { /* (self, negative_slope=0.01) */
+  SELF_OR_FAIL(0)
+  tv neg = MUL(x, scalar_like(cx, 1, x, 0.01));
+  return ew_finish(cx, SEL(CMP(IR_GT, x, K(0)), x, neg));
+}
+
+tpuc_status *ew_elu(tpuc_lower_ctx *cx) { /* (self, alpha=1, scale=1, input_scale=1) */
+  SELF_OR_FAIL(0)
+  tv scale = scalar_like(cx, 2, x, 1.0);
+  tv negcoef = MUL(scalar_like(cx, 1, x, 1.0), scale);
+  tv neg = MUL(U(IR_EXPM1, MUL(x, scalar_like(cx, 3, x, 1.0))), negcoef);
+  return ew_finish(cx, SEL(CMP(IR_LE, x, K(0)), neg, MUL(x, scale)));
+}
+
+tpuc_status *ew_softplus(tpuc_lower_ctx *cx) { /* (self, beta=1, threshold=20) */
+  SELF_OR_FAIL(0)
+  tv beta = scalar_like(cx, 1, x, 1.0);
+  tv xb = MUL(x, beta);
+  tv soft = DIV(U(IR_LOG1P, U(IR_EXP, xb)), beta);
+  return ew_finish(cx, SEL(CMP(IR_GT, xb, scalar_like(cx, 2, x, 20.0)), x, soft));
+}
+
+/* approximate="tanh" (true) or "none" (false); NULL string when unknown. */
+static int gelu_mode(const tpuc_lower_ctx *cx, int i) {
+  const tpuc_arg *a = lx_arg(cx, i);
+  if (!a || a->kind != TPUC_ARG_STRING || !strcmp(a->s, "none")) return 0;
+  return !strcmp(a->s, "tanh") ? 1 : -1;
+}
+
+#define GELU_BETA 0.7978845608028654 /* sqrt(2 / pi) */
+#define GELU_KAPPA 0.044715
+
+tpuc_status *ew_gelu(tpuc_lower_ctx *cx) { /* (self, *, approximate) */
+  int mode = gelu_mode(cx, 1);
+  if (mode < 0) return lx_unimplemented(cx, "gelu approximation");
+  SELF_OR_FAIL(0)
+  if (mode == 0) {
+    tv cdf = ADD(K(1), U(IR_ERF, MUL(x, K(SQRT1_2))));
+    return ew_finish(cx, MUL(MUL(x, K(0.5)), cdf));
+  }
+  tv inner = MUL(K(GELU_BETA), ADD(x, MUL(K(GELU_KAPPA), MUL(MUL(x, x), x))));
+  return ew_finish(cx, MUL(MUL(K(0.5), x), ADD(K(1), U(IR_TANH, inner))));
+}
+
+/* ---- backward formulas: (grad_output, x or y, ...) ---- */
+
+/* Args 0 and 1 in the output's compute dtype. */
+static ir_type grad_type(const tpuc_lower_ctx *cx) {
+  return ew_out_as(cx, lx_compute_dtype(cx->out_types[0].dtype));
+}
+
+#define GRAD_ARGS                                                      \
+  ir_graph *g = cx->g;                                                 \
+  ir_type t = grad_type(cx);                                           \
+  if (!ir_is_float(t.dtype)) return lx_unimplemented(cx, "dtype");     \
+  tv gr = ew_operand(cx, 0, t), x = ew_operand(cx, 1, t);
+
+tpuc_status *ew_gelu_backward(tpuc_lower_ctx *cx) { /* (grad, self, *, approximate) */
+  int mode = gelu_mode(cx, 2);
+  if (mode < 0) return lx_unimplemented(cx, "gelu approximation");
+  GRAD_ARGS
+  if (mode == 0) {
+    tv cdf = MUL(K(0.5), ADD(K(1), U(IR_ERF, MUL(x, K(SQRT1_2)))));
+    tv pdf = MUL(U(IR_EXP, MUL(K(-0.5), MUL(x, x))), K(0.3989422804014327)); /* 1/sqrt(2 pi) */
+    return ew_finish(cx, MUL(gr, ADD(cdf, MUL(x, pdf))));
+  }
+  tv x_sq = MUL(x, x);
+  tv inner = MUL(K(GELU_BETA), ADD(x, MUL(K(GELU_KAPPA), MUL(x_sq, x))));
+  tv th = U(IR_TANH, inner);
+  tv left = MUL(K(0.5), x), right = ADD(K(1), th);
+  tv left_d = MUL(K(0.5), right);
+  tv tanh_d = SUB(K(1), MUL(th, th));
+  tv inner_d = MUL(K(GELU_BETA), ADD(K(1), MUL(K(3 * GELU_KAPPA), x_sq)));
+  tv right_d = MUL(MUL(left, tanh_d), inner_d);
+  return ew_finish(cx, MUL(gr, ADD(left_d, right_d)));
+}
+
+tpuc_status *ew_silu_backward(tpuc_lower_ctx *cx) { /* (grad, self) */
+  GRAD_ARGS
+  tv s = U(IR_LOGISTIC, x);
+  tv r = MUL(MUL(gr, s), ADD(K(1), MUL(x, SUB(K(1), s))));
+  return ew_finish(cx, r);
+}
+
+tpuc_status *ew_sigmoid_backward(tpuc_lower_ctx *cx) { /* (grad, output) */
+  GRAD_ARGS
+  return ew_finish(cx, MUL(MUL(gr, SUB(K(1), x)), x));
+}
+
+tpuc_status *ew_tanh_backward(tpuc_lower_ctx *cx) { /* (grad, output) */
+  GRAD_ARGS
+  return ew_finish(cx, MUL(gr, SUB(K(1), MUL(x, x))));
+}
+
+tpuc_status *ew_threshold_backward(tpuc_lower_ctx *cx) { /* (grad, self, threshold) */
+  ir_graph *g = cx->g;
+  int idx[2] = {0, 1};
+  tpuc_dtype d = ew_result_type(cx, idx, 2);
+  if (d == EW_UNDEFINED || ir_is_complex(d)) return lx_unimplemented(cx, "dtype");
+  ir_type t = ew_out_as(cx, d);
+  tv gr = ew_operand(cx, 0, t), x = ew_operand(cx, 1, t);
+  tv th = ew_operand(cx, 2, t);
+  return ew_finish(cx, SEL(CMP(IR_LE, x, th), K(0), gr));
+}
