@@ -248,7 +248,7 @@ def run(op, *args, rng: RNG | None = None, **kwargs):
     # reference: run on CPU with clones (in-place ops must not touch inputs)
     def clone(v):
         if isinstance(v, torch.Tensor):
-            return v.clone() if v.is_contiguous() else v.clone().as_strided(v.shape, v.stride())
+            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype).copy_(v)
         if isinstance(v, (list, tuple)):
             return type(v)(clone(x) for x in v)
         return v
@@ -404,6 +404,24 @@ def check(op, *args, rtol=None, atol=None, skip=(), **kwargs):
             torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True,
                                        msg=lambda m: f"output {i}: {m}")
     return got, want
+
+
+_none_ok = None
+
+
+def supports_none_in_lists() -> bool:
+    """Whether the engine accepts a None entry (a tensor without storage) in
+    a Tensor?[] argument."""
+    global _none_ok
+    if _none_ok is None:
+        try:
+            run(torch.ops.aten.index.Tensor, torch.zeros(2, 2), [None, torch.tensor([1])])
+            _none_ok = True
+        except Unimplemented:
+            _none_ok = True
+        except RuntimeError as e:
+            _none_ok = "no storage" not in str(e)
+    return _none_ok
 
 
 def noncontig(t: torch.Tensor) -> torch.Tensor:
