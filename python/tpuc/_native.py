@@ -21,7 +21,12 @@ _StatusP = ctypes.POINTER(_Status)
 
 
 class _RuntimeOptions(ctypes.Structure):
-    _fields_ = [("plugin_path", ctypes.c_char_p), ("cpu_device_count", ctypes.c_int)]
+    _fields_ = [
+        ("plugin_path", ctypes.c_char_p),
+        ("cpu_device_count", ctypes.c_int),
+        ("cache_dir", ctypes.c_char_p),
+        ("cache_max_bytes", ctypes.c_int64),
+    ]
 
 
 class _RuntimeInfo(ctypes.Structure):
@@ -139,7 +144,7 @@ def _version3(v: ctypes.Array) -> str | None:
 def describe(plugin_path: str, cpu_device_count: int = 0) -> RuntimeDescription:
     """Loads the plugin, creates a client, describes it and destroys the client."""
     l = lib()
-    opts = _RuntimeOptions(plugin_path.encode(), cpu_device_count)
+    opts = _RuntimeOptions(plugin_path.encode(), cpu_device_count, None, 0)
     rt = ctypes.c_void_p()
     _check(l.tpuc_runtime_create(ctypes.byref(opts), ctypes.byref(rt)))
     try:

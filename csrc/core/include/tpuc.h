@@ -69,6 +69,11 @@ typedef struct {
   /* Devices the XLA CPU plugin creates; 0: $TPUC_CPU_DEVICE_COUNT, else 1.
    * Ignored by other plugins. */
   int cpu_device_count;
+  /* Directory of the disk cache of compiled programs. NULL: $TPUC_CACHE_DIR,
+   * else ~/.cache/tpuc; "off" disables the disk tier. */
+  const char *cache_dir;
+  /* Bound of that directory in bytes; 0: $TPUC_CACHE_MAX_BYTES, else 4 GiB. */
+  int64_t cache_max_bytes;
 } tpuc_runtime_options;
 
 /* Loads the plugin (once per process; plugins are never unloaded), creates a
@@ -119,6 +124,13 @@ typedef struct {
   int64_t cache_misses;    /* compile requests that compiled */
   double compile_seconds;  /* wall time spent in the plugin's compiler */
   int64_t cached_executables;
+  /* the disk tier */
+  int64_t disk_hits;       /* memory misses served from the disk cache */
+  int64_t disk_misses;     /* memory misses not found on disk (then compiled) */
+  int64_t disk_writes;     /* executables written to the disk cache */
+  int64_t disk_corrupt;    /* bad files found, removed and recompiled */
+  int64_t disk_evictions;  /* files removed to respect the size bound */
+  double load_seconds;     /* wall time spent loading cached executables */
 } tpuc_runtime_stats;
 
 void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out);

@@ -198,6 +198,9 @@ static tpuc_status *describe_outputs(tpuc_runtime *rt, tpuc_executable *x) {
   return s;
 }
 
+static tpuc_status *wrap_executable(tpuc_runtime *rt, pj_loaded_executable *exe,
+                                    tpuc_executable **out);
+
 static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t len,
                                      const proto_buf *opts, tpuc_executable **out) {
   const tpuc_plugin *p = &rt->plugin;
@@ -233,20 +236,28 @@ static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t 
     }
     return s;
   }
+  return wrap_executable(rt, a.executable, out);
+}
+
+/* Wraps a loaded executable (taking ownership) with its output types. */
+static tpuc_status *wrap_executable(tpuc_runtime *rt, pj_loaded_executable *exe,
+                                    tpuc_executable **out) {
+  const tpuc_plugin *p = &rt->plugin;
   tpuc_executable *x = calloc(1, sizeof *x);
   if (!x) {
     pj_loaded_executable_destroy_args d = {0};
     d.struct_size = PJ_SIZE(pj_loaded_executable_destroy_args, executable);
-    d.executable = a.executable;
+    d.executable = exe;
     pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_LOADED_EXECUTABLE_DESTROY);
     if (destroy) tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
     return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
   }
   atomic_init(&x->refs, 1);
   x->rt = rt;
-  x->exe = a.executable;
+  x->exe = exe;
   atomic_fetch_add(&rt->live_objects, 1);
-  if ((s = describe_outputs(rt, x))) {
+  tpuc_status *s = describe_outputs(rt, x);
+  if (s) {
     tpuc_executable_release(x);
     return s;
   }
@@ -277,7 +288,20 @@ tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *text, size_t len, tpuc_e
    * may keep running cached programs meanwhile. Two threads compiling the
    * same text both succeed; the first insert wins. */
   tpuc_executable *x = NULL;
-  tpuc_status *s = compile_uncached(rt, text, len, &opts, &x);
+  tpuc_status *s = NULL;
+  unsigned char dkey[32];
+  pj_loaded_executable *from_disk = NULL;
+  if (rt->disk_dir) {
+    tpuc_disk_key(rt, text, len, opts.bytes, opts.len, dkey);
+    s = tpuc_disk_load(rt, dkey, &from_disk);
+    if (s) return s;
+  }
+  if (from_disk) {
+    s = wrap_executable(rt, from_disk, &x);
+  } else {
+    s = compile_uncached(rt, text, len, &opts, &x);
+    if (!s && rt->disk_dir) tpuc_disk_store(rt, dkey, x->exe);
+  }
   if (s) return s;
   pthread_mutex_lock(&rt->cache_lock);
   tpuc_executable *raced = cache_find(rt, key, text, len);

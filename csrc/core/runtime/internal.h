@@ -70,6 +70,11 @@ struct tpuc_runtime {
   size_t cache_nbuckets, cache_count;
   int64_t compiles, cache_hits, cache_misses;
   double compile_seconds;
+  /* the disk tier (disk_cache.c); counters under cache_lock */
+  char *disk_dir; /* NULL: off */
+  int64_t disk_max_bytes;
+  int64_t disk_hits, disk_misses, disk_writes, disk_corrupt, disk_evictions;
+  double load_seconds;
 
   /* the op engine's signature cache (exec/op_run.c) */
   pthread_mutex_t fast_lock;
@@ -118,6 +123,15 @@ struct tpuc_executable {
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
 void tpuc_cache_clear(tpuc_runtime *rt);
+
+/* ---- disk_cache.c ---- */
+void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes);
+void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const void *opts,
+                   size_t opts_len, unsigned char key[32]);
+/* *out = the cached executable, or NULL (a miss; a bad file is removed). */
+tpuc_status *tpuc_disk_load(tpuc_runtime *rt, const unsigned char key[32],
+                            pj_loaded_executable **out);
+void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_executable *exe);
 
 /* ---- exec/op_run.c ---- */
 void tpuc_fast_cache_clear(tpuc_runtime *rt);

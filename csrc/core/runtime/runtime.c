@@ -169,6 +169,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
     return s;
   }
   read_attributes(rt);
+  tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   *out = rt;
   return NULL;
 }
@@ -195,6 +196,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   free(rt->platform_name);
   free(rt->platform_version);
   free(rt->cache_buckets);
+  free(rt->disk_dir);
   tpuc_plugin_unload(&rt->plugin);
   pthread_mutex_destroy(&rt->mem_lock);
   pthread_mutex_destroy(&rt->cache_lock);
@@ -280,5 +282,11 @@ void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out) {
   out->cache_misses = rt->cache_misses;
   out->compile_seconds = rt->compile_seconds;
   out->cached_executables = (int64_t)rt->cache_count;
+  out->disk_hits = rt->disk_hits;
+  out->disk_misses = rt->disk_misses;
+  out->disk_writes = rt->disk_writes;
+  out->disk_corrupt = rt->disk_corrupt;
+  out->disk_evictions = rt->disk_evictions;
+  out->load_seconds = rt->load_seconds;
   pthread_mutex_unlock(&rt->cache_lock);
 }

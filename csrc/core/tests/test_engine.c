@@ -422,7 +422,8 @@ int main(void) {
     printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
     return 1;
   }
-  tpuc_status *s = tpuc_runtime_create(NULL, &rt);
+  tpuc_runtime_options opts = {NULL, 0, "off", 0}; /* the disk tier has its own tests */
+  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
   if (s) {
     printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
     tpuc_status_destroy(s);

@@ -355,7 +355,7 @@ static void test_accounting_returns_to_zero(void) {
 }
 
 static void test_bad_plugin_path(void) {
-  tpuc_runtime_options o = {"/nonexistent/plugin.so", 0};
+  tpuc_runtime_options o = {"/nonexistent/plugin.so", 0, "off", 0};
   tpuc_runtime *r = NULL;
   tpuc_status *s = tpuc_runtime_create(&o, &r);
   CHECK(s && r == NULL);
@@ -372,7 +372,7 @@ static void test_bad_plugin_path(void) {
 
 static void test_second_runtime(void) {
   /* a second client of the same plugin, with two CPU devices */
-  tpuc_runtime_options o = {NULL, 2};
+  tpuc_runtime_options o = {NULL, 2, "off", 0};
   tpuc_runtime *r = NULL;
   CHECK_OK(tpuc_runtime_create(&o, &r));
   if (!r) return;
@@ -413,7 +413,8 @@ int main(void) {
     printf("0 passed, 1 failed\n");
     return 1;
   }
-  tpuc_status *s = tpuc_runtime_create(NULL, &rt);
+  tpuc_runtime_options opts = {NULL, 0, "off", 0}; /* the disk tier has its own tests */
+  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
   if (s) {
     printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
     tpuc_status_destroy(s);

@@ -1,0 +1,283 @@
+/* disk_cache.c — the disk tier of the executable cache: serialized
+ * executables under a directory (TPUC_CACHE_DIR, default ~/.cache/tpuc; "off"
+ * disables it), so that a new process skips compiling what an earlier one
+ * compiled.
+ *
+ * A file is named by the SHA-256 of (program text, compile options, platform
+ * name and version, PJRT API version) and holds a header (magic, that key,
+ * payload length, payload checksum) followed by the plugin's serialized
+ * executable. Writes go to a temporary file that is renamed into place, so
+ * readers in other processes see a whole file or none. A file that fails any
+ * check (truncated, corrupt, another key) is removed and the program is
+ * compiled again. The directory is bounded by TPUC_CACHE_MAX_BYTES (default
+ * 4 GiB) with least-recently-used eviction: a hit refreshes the file's mtime. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "sha256.h"
+
+#define MAGIC "TPUCEXE1"
+#define HEADER_SIZE (8 + 32 + 8 + 8)
+#define DEFAULT_MAX_BYTES (4ll << 30)
+
+static int mkdirs(const char *path) {
+  char tmp[4096];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof tmp) return -1;
+  memcpy(tmp, path, n + 1);
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  return (mkdir(tmp, 0755) && errno != EEXIST) ? -1 : 0;
+}
+
+void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes) {
+  rt->disk_dir = NULL;
+  const char *d = dir ? dir : getenv("TPUC_CACHE_DIR");
+  char buf[4096];
+  if (!d || !*d) {
+    const char *home = getenv("HOME");
+    if (!home || !*home) return;
+    snprintf(buf, sizeof buf, "%s/.cache/tpuc", home);
+    d = buf;
+  }
+  if (!strcmp(d, "off") || !strcmp(d, "0")) return;
+  if (mkdirs(d)) return; /* unusable directory: the disk tier stays off */
+  rt->disk_dir = strdup(d);
+  const char *mb = getenv("TPUC_CACHE_MAX_BYTES");
+  rt->disk_max_bytes = max_bytes > 0 ? max_bytes : (mb && *mb ? atoll(mb) : DEFAULT_MAX_BYTES);
+}
+
+void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const void *opts,
+                   size_t opts_len, unsigned char key[32]) {
+  tpuc_sha256 s;
+  tpuc_sha256_init(&s);
+  uint64_t n = len;
+  tpuc_sha256_update(&s, &n, sizeof n);
+  tpuc_sha256_update(&s, text, len);
+  n = opts_len;
+  tpuc_sha256_update(&s, &n, sizeof n);
+  tpuc_sha256_update(&s, opts, opts_len);
+  tpuc_sha256_update(&s, rt->platform_name, strlen(rt->platform_name) + 1);
+  tpuc_sha256_update(&s, rt->platform_version, strlen(rt->platform_version) + 1);
+  int v[2] = {rt->plugin.api_major, rt->plugin.api_minor};
+  tpuc_sha256_update(&s, v, sizeof v);
+  tpuc_sha256_final(&s, key);
+}
+
+static void key_path(const tpuc_runtime *rt, const unsigned char key[32], char *out, size_t n) {
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", key[i]);
+  snprintf(out, n, "%s/%s.tpx", rt->disk_dir, hex);
+}
+
+static void count(tpuc_runtime *rt, int64_t *field) {
+  pthread_mutex_lock(&rt->cache_lock);
+  (*field)++;
+  pthread_mutex_unlock(&rt->cache_lock);
+}
+
+/* Reads the whole file; NULL if missing or unreadable. */
+static unsigned char *read_file(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return NULL;
+  struct stat st;
+  unsigned char *buf = NULL;
+  if (!fstat(fd, &st) && st.st_size >= 0) {
+    buf = malloc((size_t)st.st_size ? (size_t)st.st_size : 1);
+    size_t got = 0;
+    while (buf && got < (size_t)st.st_size) {
+      ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (buf && got != (size_t)st.st_size) {
+      free(buf);
+      buf = NULL;
+    }
+    *len = got;
+  }
+  close(fd);
+  return buf;
+}
+
+tpuc_status *tpuc_disk_load(tpuc_runtime *rt, const unsigned char key[32],
+                            pj_loaded_executable **out) {
+  *out = NULL;
+  if (!rt->disk_dir) return NULL;
+  char path[4200];
+  key_path(rt, key, path, sizeof path);
+  size_t len = 0;
+  unsigned char *buf = read_file(path, &len);
+  if (!buf) {
+    count(rt, &rt->disk_misses);
+    return NULL;
+  }
+  uint64_t plen = 0, sum = 0;
+  bool ok = len >= HEADER_SIZE && !memcmp(buf, MAGIC, 8) && !memcmp(buf + 8, key, 32);
+  if (ok) {
+    memcpy(&plen, buf + 40, 8);
+    memcpy(&sum, buf + 48, 8);
+    ok = plen == len - HEADER_SIZE && tpuc_hash64(buf + HEADER_SIZE, plen, 0) == sum;
+  }
+  tpuc_status *s = NULL;
+  if (ok) {
+    pj_deserialize_and_load_args a = {0};
+    a.struct_size = PJ_SIZE(pj_deserialize_and_load_args, load_options);
+    a.client = rt->client;
+    a.serialized_executable = (const char *)buf + HEADER_SIZE;
+    a.serialized_executable_size = plen;
+    pj_generic_fn fn = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin,
+                                                     PJ_SLOT_EXECUTABLE_DESERIALIZE_AND_LOAD);
+    if (!fn) {
+      free(buf);
+      count(rt, &rt->disk_misses);
+      return NULL;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    s = tpuc_plugin_error(&rt->plugin, fn(&a), "loading a cached executable");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pthread_mutex_lock(&rt->cache_lock);
+    rt->load_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    pthread_mutex_unlock(&rt->cache_lock);
+    if (s) { /* the plugin refused it (another plugin build): treat as corrupt */
+      tpuc_status_destroy(s);
+      s = NULL;
+      ok = false;
+    } else {
+      *out = a.loaded_executable;
+    }
+  }
+  free(buf);
+  if (!ok) {
+    unlink(path);
+    count(rt, &rt->disk_corrupt);
+    count(rt, &rt->disk_misses);
+    return NULL;
+  }
+  utimensat(AT_FDCWD, path, NULL, 0); /* most recently used */
+  count(rt, &rt->disk_hits);
+  return NULL;
+}
+
+typedef struct {
+  char name[300];
+  time_t mtime;
+  off_t size;
+} entry;
+
+static int by_mtime(const void *a, const void *b) {
+  const entry *x = a, *y = b;
+  return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+}
+
+/* Removes least recently used files until the directory fits; also removes
+ * temporary files abandoned by crashed writers (older than an hour). */
+static void evict(tpuc_runtime *rt) {
+  DIR *d = opendir(rt->disk_dir);
+  if (!d) return;
+  entry *es = NULL;
+  size_t n = 0, cap = 0;
+  int64_t total = 0;
+  time_t now = time(NULL);
+  struct dirent *de;
+  char path[4400];
+  while ((de = readdir(d))) {
+    size_t l = strlen(de->d_name);
+    bool tmp = strstr(de->d_name, ".tmp.") != NULL;
+    if (!tmp && (l < 5 || strcmp(de->d_name + l - 4, ".tpx"))) continue;
+    if (l >= sizeof es[0].name) continue;
+    snprintf(path, sizeof path, "%s/%s", rt->disk_dir, de->d_name);
+    struct stat st;
+    if (stat(path, &st)) continue;
+    if (tmp) {
+      if (now - st.st_mtime > 3600) unlink(path);
+      continue;
+    }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 64;
+      entry *ne = realloc(es, cap * sizeof *ne);
+      if (!ne) break;
+      es = ne;
+    }
+    memcpy(es[n].name, de->d_name, l + 1);
+    es[n].mtime = st.st_mtime;
+    es[n].size = st.st_size;
+    total += st.st_size;
+    n++;
+  }
+  closedir(d);
+  if (total > rt->disk_max_bytes) {
+    qsort(es, n, sizeof *es, by_mtime);
+    for (size_t i = 0; i < n && total > rt->disk_max_bytes; i++) {
+      snprintf(path, sizeof path, "%s/%s", rt->disk_dir, es[i].name);
+      if (!unlink(path)) {
+        total -= es[i].size;
+        count(rt, &rt->disk_evictions);
+      }
+    }
+  }
+  free(es);
+}
+
+void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_executable *exe) {
+  if (!rt->disk_dir) return;
+  const tpuc_plugin *p = &rt->plugin;
+  pj_generic_fn get_exe = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_LOADED_EXECUTABLE_GET_EXECUTABLE);
+  pj_generic_fn ser = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_EXECUTABLE_SERIALIZE);
+  pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_EXECUTABLE_DESTROY);
+  if (!get_exe || !ser || !destroy) return;
+  pj_loaded_executable_get_executable_args g = {0};
+  g.struct_size = PJ_SIZE(pj_loaded_executable_get_executable_args, executable);
+  g.loaded_executable = exe;
+  tpuc_status *s = tpuc_plugin_error(p, get_exe(&g), NULL);
+  if (s) {
+    tpuc_status_destroy(s);
+    return;
+  }
+  pj_executable_serialize_args a = {0};
+  a.struct_size = PJ_SIZE(pj_executable_serialize_args, serialized_executable_deleter);
+  a.executable = g.executable;
+  s = tpuc_plugin_error(p, ser(&a), NULL);
+  if (!s && a.serialized_bytes) {
+    char path[4200], tmp[4300];
+    key_path(rt, key, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lx", path, (long)getpid(),
+             (unsigned long)(uintptr_t)&a ^ (unsigned long)time(NULL));
+    unsigned char header[HEADER_SIZE];
+    uint64_t plen = a.serialized_bytes_size;
+    uint64_t sum = tpuc_hash64(a.serialized_bytes, plen, 0);
+    memcpy(header, MAGIC, 8);
+    memcpy(header + 8, key, 32);
+    memcpy(header + 40, &plen, 8);
+    memcpy(header + 48, &sum, 8);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(header, 1, HEADER_SIZE, f) == HEADER_SIZE &&
+              fwrite(a.serialized_bytes, 1, plen, f) == plen;
+    if (f) ok = (fclose(f) == 0) && ok;
+    if (ok && !rename(tmp, path)) {
+      count(rt, &rt->disk_writes);
+    } else {
+      unlink(tmp);
+    }
+  }
+  tpuc_status_destroy(s);
+  if (a.serialized_executable_deleter) a.serialized_executable_deleter(a.serialized_executable);
+  pj_executable_destroy_args da = {0};
+  da.struct_size = PJ_SIZE(pj_executable_destroy_args, executable);
+  da.executable = g.executable;
+  tpuc_status_destroy(tpuc_plugin_error(p, destroy(&da), NULL));
+  if (rt->disk_max_bytes > 0) evict(rt);
+}
