@@ -235,11 +235,13 @@ int64_t ew_int_min(tpuc_dtype d) {
 tv ew_reduce_init(ir_graph *g, tpuc_dtype d, ir_reducer r) {
   ir_type t = ir_scalar_type(d);
   bool fl = ir_is_float(d) || ir_is_complex(d);
+  tv like = ir_splat(g, ir_scalar_type(TPUC_F32), 0.0);
+  if (ir_is_complex(d)) like = ir_convert(g, like, d);
   switch (r) {
   case IR_RED_SUM:
-  case IR_RED_OR: return ir_splat(g, t, 0.0);
+  case IR_RED_OR: return ir_is_complex(d) ? like : ir_splat(g, t, 0.0);
   case IR_RED_PROD:
-  case IR_RED_AND: return ir_splat(g, t, 1.0);
+  case IR_RED_AND: return ir_is_complex(d) ? ew_splat(g, like, 1.0) : ir_splat(g, t, 1.0);
   case IR_RED_MAX: return fl ? ir_splat(g, t, -INFINITY) : ir_splat_i64(g, t, ew_int_min(d));
   default: return fl ? ir_splat(g, t, INFINITY) : ir_splat_i64(g, t, ew_int_max(d));
   }

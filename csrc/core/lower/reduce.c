@@ -1,0 +1,354 @@
+/* reduce.c — lowerings of PyTorch's reductions and scans: sum, mean, prod,
+ * amax/amin, max/min (whole tensor, or along a dim with indices),
+ * argmax/argmin, var/std and var_mean/std_mean (runtime correction), norm and
+ * linalg_vector_norm (runtime order p), all/any, logsumexp, count_nonzero,
+ * and cumsum/cumprod (as windowed reductions).
+ *
+ * Conventions, as PyTorch: an absent or empty dim list reduces every dim; a
+ * rank-0 input accepts dim 0/-1 and reduces nothing; float16/bfloat16
+ * accumulate in float32; max/min-like reductions return NaN when a NaN is
+ * reduced. The reduced value has the output's elements in order, so keepdim
+ * is a reshape to the output's sizes (given by the caller). */
+#include <math.h>
+
+#include "elementwise.h"
+
+/* The dims arg i names (an int, an int list; absent or empty: every dim),
+ * normalised and ascending; i < 0 means every dim. Returns their count. */
+static int dims_of(const tpuc_lower_ctx *cx, int i, int ndim, int64_t *dims) {
+  const int64_t *v = NULL;
+  int n = i < 0 ? -1 : lx_ints(cx, i, &v);
+  bool use[TPUC_MAX_DIMS] = {false};
+  if (ndim == 0) return 0;
+  for (int k = 0; k < n; k++) {
+    int64_t d = lx_dim(v[k], ndim);
+    if (d < 0 || d >= ndim) {
+      ir_fail(cx->g, "reduction: dim %lld out of range for rank %d", (long long)v[k], ndim);
+      return 0;
+    }
+    use[d] = true;
+  }
+  int m = 0;
+  for (int d = 0; d < ndim; d++)
+    if (n <= 0 || use[d]) dims[m++] = d;
+  return m;
+}
+
+static int64_t count_of(const ir_type *t, const int64_t *dims, int n) {
+  int64_t c = 1;
+  for (int k = 0; k < n; k++) c *= t->dims[dims[k]];
+  return c;
+}
+
+/* results[k] = v converted to output k's dtype and shaped as it (keepdim). */
+static void put(tpuc_lower_ctx *cx, int k, tv v) {
+  ir_type o = cx->out_types[k];
+  cx->results[k] = ir_reshape(cx->g, lx_convert(cx->g, v, o.dtype), o.ndim, o.dims);
+}
+
+static tv reduce(ir_graph *g, tv x, ir_reducer r, const int64_t *dims, int n) {
+  return ir_reduce(g, x, ew_reduce_init(g, ir_type_of(g, x).dtype, r), r, dims, n);
+}
+
+static tv to_pred(ir_graph *g, tv x) {
+  if (ir_type_of(g, x).dtype == TPUC_PRED) return x;
+  return ir_compare(g, IR_NE, x, ew_splat(g, x, 0.0));
+}
+
+/* max or min over dims; NaN if any reduced element is NaN. */
+static tv extreme(ir_graph *g, tv x, bool is_max, const int64_t *dims, int n) {
+  tpuc_dtype d = ir_type_of(g, x).dtype;
+  if (d == TPUC_PRED) return reduce(g, x, is_max ? IR_RED_OR : IR_RED_AND, dims, n);
+  tv r = reduce(g, x, is_max ? IR_RED_MAX : IR_RED_MIN, dims, n);
+  if (!ir_is_float(d)) return r;
+  tv nan = reduce(g, ew_isnan(g, x), IR_RED_OR, dims, n);
+  return ir_select(g, nan, ew_splat(g, r, NAN), r);
+}
+
+/* A reduced value r broadcast back over x's type (t) along the kept dims. */
+static tv expand_back(ir_graph *g, tv r, ir_type t, const int64_t *dims, int n) {
+  bool red[TPUC_MAX_DIMS] = {false};
+  for (int k = 0; k < n; k++) red[dims[k]] = true;
+  int64_t bd[TPUC_MAX_DIMS];
+  int m = 0;
+  for (int d = 0; d < t.ndim; d++)
+    if (!red[d]) bd[m++] = d;
+  return ir_broadcast_in_dim(g, r, ir_with_dtype(t, ir_type_of(g, r).dtype), bd);
+}
+
+/* Self (arg 0) in the dtype output 0 accumulates in. */
+static tv self_acc(tpuc_lower_ctx *cx) {
+  return lx_convert(cx->g, lx_tensor(cx, 0), lx_compute_dtype(cx->out_types[0].dtype));
+}
+
+/* ---- sum, mean, prod ---- */
+
+static tpuc_status *accumulate(tpuc_lower_ctx *cx, int dims_arg, ir_reducer r, bool mean) {
+  ir_graph *g = cx->g;
+  tv x = self_acc(cx);
+  ir_type t = ir_type_of(g, x);
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, dims_arg, t.ndim, dims);
+  tv v = reduce(g, x, r, dims, n);
+  if (mean) v = ir_binary(g, IR_DIV, v, ew_splat(g, v, (double)count_of(&t, dims, n)));
+  put(cx, 0, v);
+  return NULL;
+}
+
+static tpuc_status *rd_sum_dims(tpuc_lower_ctx *cx) { return accumulate(cx, 1, IR_RED_SUM, false); }
+static tpuc_status *rd_sum_all(tpuc_lower_ctx *cx) { return accumulate(cx, -1, IR_RED_SUM, false); }
+static tpuc_status *rd_mean_dims(tpuc_lower_ctx *cx) { return accumulate(cx, 1, IR_RED_SUM, true); }
+static tpuc_status *rd_mean_all(tpuc_lower_ctx *cx) { return accumulate(cx, -1, IR_RED_SUM, true); }
+static tpuc_status *rd_prod_dim(tpuc_lower_ctx *cx) { return accumulate(cx, 1, IR_RED_PROD, false); }
+static tpuc_status *rd_prod_all(tpuc_lower_ctx *cx) { return accumulate(cx, -1, IR_RED_PROD, false); }
+
+/* ---- max, min, argmax, argmin ---- */
+
+static tpuc_status *extreme_op(tpuc_lower_ctx *cx, int dims_arg, bool is_max) {
+  tv x = lx_tensor(cx, 0);
+  if (ir_is_complex(ir_type_of(cx->g, x).dtype)) return lx_unimplemented(cx, "complex input");
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, dims_arg, ir_type_of(cx->g, x).ndim, dims);
+  put(cx, 0, extreme(cx->g, x, is_max, dims, n));
+  return NULL;
+}
+
+static tpuc_status *rd_amax(tpuc_lower_ctx *cx) { return extreme_op(cx, 1, true); }
+static tpuc_status *rd_amin(tpuc_lower_ctx *cx) { return extreme_op(cx, 1, false); }
+static tpuc_status *rd_max_all(tpuc_lower_ctx *cx) { return extreme_op(cx, -1, true); }
+static tpuc_status *rd_min_all(tpuc_lower_ctx *cx) { return extreme_op(cx, -1, false); }
+
+/* Values and s64 indices of the max/min of x along dim (x of rank >= 1). */
+static void arg_extreme(ir_graph *g, tv x, int dim, bool is_max, tv *values, tv *indices) {
+  tpuc_dtype d = ir_type_of(g, x).dtype;
+  if (d == TPUC_PRED) x = ir_convert(g, x, TPUC_S32);
+  ir_argreduce(g, x, dim, is_max, TPUC_S64, values, indices);
+  *values = ir_convert(g, *values, d);
+}
+
+static tpuc_status *extreme_dim(tpuc_lower_ctx *cx, bool is_max) { /* (self, dim, keepdim) */
+  ir_graph *g = cx->g;
+  tv x = lx_tensor(cx, 0), v, i;
+  ir_type t = ir_type_of(g, x);
+  if (ir_is_complex(t.dtype)) return lx_unimplemented(cx, "complex input");
+  if (t.ndim == 0) {
+    v = x;
+    i = ir_splat(g, ir_scalar_type(TPUC_S64), 0);
+  } else {
+    arg_extreme(g, x, (int)lx_dim(lx_int(cx, 1, 0), t.ndim), is_max, &v, &i);
+  }
+  put(cx, 0, v);
+  put(cx, 1, i);
+  return NULL;
+}
+
+static tpuc_status *rd_max_dim(tpuc_lower_ctx *cx) { return extreme_dim(cx, true); }
+static tpuc_status *rd_min_dim(tpuc_lower_ctx *cx) { return extreme_dim(cx, false); }
+
+static tpuc_status *arg_op(tpuc_lower_ctx *cx, bool is_max) { /* (self, dim?, keepdim) */
+  ir_graph *g = cx->g;
+  tv x = lx_tensor(cx, 0), v, i;
+  ir_type t = ir_type_of(g, x);
+  if (ir_is_complex(t.dtype)) return lx_unimplemented(cx, "complex input");
+  int64_t dim = 0;
+  if (lx_is_none(cx, 1)) {
+    int64_t numel = ir_numel(&t);
+    x = ir_reshape(g, x, 1, &numel);
+  } else {
+    dim = lx_dim(lx_int(cx, 1, 0), t.ndim);
+  }
+  if (ir_type_of(g, x).ndim == 0) {
+    i = ir_splat(g, ir_scalar_type(TPUC_S64), 0);
+  } else {
+    arg_extreme(g, x, (int)dim, is_max, &v, &i);
+  }
+  put(cx, 0, i);
+  return NULL;
+}
+
+static tpuc_status *rd_argmax(tpuc_lower_ctx *cx) { return arg_op(cx, true); }
+static tpuc_status *rd_argmin(tpuc_lower_ctx *cx) { return arg_op(cx, false); }
+
+/* ---- var, std ---- */
+
+/* (self, dim?, *, correction?, keepdim): the variance (or its square root)
+ * with denominator max(N - correction, 0); optionally the mean as output 1. */
+static tpuc_status *moments(tpuc_lower_ctx *cx, bool take_sqrt, bool with_mean) {
+  ir_graph *g = cx->g;
+  if (ir_is_complex(lx_tensor_desc(cx, 0)->dtype)) return lx_unimplemented(cx, "complex input");
+  tv x = self_acc(cx);
+  ir_type t = ir_type_of(g, x);
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, 1, t.ndim, dims);
+  tv count = ir_splat(g, ir_scalar_type(t.dtype), (double)count_of(&t, dims, n));
+  tv sum = reduce(g, x, IR_RED_SUM, dims, n);
+  tv mean = ir_binary(g, IR_DIV, sum, lx_broadcast_to(g, count, ir_type_of(g, sum).ndim,
+                                                      ir_type_of(g, sum).dims));
+  tv dev = ir_binary(g, IR_SUB, x, expand_back(g, mean, t, dims, n));
+  tv ss = reduce(g, ir_binary(g, IR_MUL, dev, dev), IR_RED_SUM, dims, n);
+  tv corr = lx_is_none(cx, 2) ? ir_splat(g, ir_scalar_type(t.dtype), 1.0) : lx_scalar(cx, 2, t.dtype);
+  tv denom = ir_binary(g, IR_MAX, ir_binary(g, IR_SUB, count, corr), ew_splat(g, count, 0.0));
+  ir_type st = ir_type_of(g, ss);
+  tv var = ir_binary(g, IR_DIV, ss, lx_broadcast_to(g, denom, st.ndim, st.dims));
+  put(cx, 0, take_sqrt ? ir_unary(g, IR_SQRT, var) : var);
+  if (with_mean) put(cx, 1, mean);
+  return NULL;
+}
+
+static tpuc_status *rd_var(tpuc_lower_ctx *cx) { return moments(cx, false, false); }
+static tpuc_status *rd_std(tpuc_lower_ctx *cx) { return moments(cx, true, false); }
+static tpuc_status *rd_var_mean(tpuc_lower_ctx *cx) { return moments(cx, false, true); }
+static tpuc_status *rd_std_mean(tpuc_lower_ctx *cx) { return moments(cx, true, true); }
+
+/* ---- norms ---- */
+
+/* The p-norm of self over dims with p a runtime value (arg p_arg, default
+ * 2): sqrt(sum x^2) for 2, sum |x| for 1, the nonzero count for 0, max/min
+ * |x| for +-inf, (sum |x|^p)^(1/p) otherwise — all computed, one selected. */
+static tpuc_status *norm(tpuc_lower_ctx *cx, int p_arg, int dims_arg) {
+  ir_graph *g = cx->g;
+  tpuc_dtype in = lx_tensor_desc(cx, 0)->dtype;
+  if (!ir_is_float(in) || !ir_is_float(cx->out_types[0].dtype))
+    return lx_unimplemented(cx, "input dtype");
+  tv a = ir_unary(g, IR_ABS, self_acc(cx));
+  ir_type t = ir_type_of(g, a);
+  tpuc_dtype d = t.dtype;
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, dims_arg, t.ndim, dims);
+  tv p = lx_is_none(cx, p_arg) ? ir_splat(g, ir_scalar_type(d), 2.0) : lx_scalar(cx, p_arg, d);
+#define P_IS(v) ir_compare(g, IR_EQ, p, ir_splat(g, ir_scalar_type(d), (v)))
+  tv is2 = P_IS(2.0), is1 = P_IS(1.0), is0 = P_IS(0.0), is_inf = P_IS(INFINITY),
+     is_ninf = P_IS(-INFINITY);
+#undef P_IS
+  tv powed = ir_binary(g, IR_POW, a, lx_broadcast_to(g, p, t.ndim, t.dims));
+  tv nonzero = ir_convert(g, to_pred(g, a), d);
+  tv terms = ir_select(g, is2, ir_binary(g, IR_MUL, a, a),
+                       ir_select(g, is1, a, ir_select(g, is0, nonzero, powed)));
+  tv s = reduce(g, terms, IR_RED_SUM, dims, n);
+  ir_type st = ir_type_of(g, s);
+  tv inv_p = ir_binary(g, IR_DIV, ir_splat(g, ir_scalar_type(d), 1.0), p);
+  tv general = ir_binary(g, IR_POW, s, lx_broadcast_to(g, inv_p, st.ndim, st.dims));
+  tv r = ir_select(g, is2, ir_unary(g, IR_SQRT, s),
+                   ir_select(g, ir_binary(g, IR_OR, is1, is0), s, general));
+  r = ir_select(g, is_inf, extreme(g, a, true, dims, n), r);
+  r = ir_select(g, is_ninf, extreme(g, a, false, dims, n), r);
+  put(cx, 0, r);
+  return NULL;
+}
+
+static tpuc_status *rd_norm_dims(tpuc_lower_ctx *cx) { return norm(cx, 1, 2); }
+static tpuc_status *rd_norm_all(tpuc_lower_ctx *cx) { return norm(cx, 1, -1); }
+
+/* ---- all, any, count_nonzero ---- */
+
+static tpuc_status *logical_reduce(tpuc_lower_ctx *cx, int dims_arg, ir_reducer r) {
+  ir_graph *g = cx->g;
+  tv x = to_pred(g, lx_tensor(cx, 0));
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, dims_arg, ir_type_of(g, x).ndim, dims);
+  put(cx, 0, reduce(g, x, r, dims, n));
+  return NULL;
+}
+
+static tpuc_status *rd_all_dims(tpuc_lower_ctx *cx) { return logical_reduce(cx, 1, IR_RED_AND); }
+static tpuc_status *rd_all_all(tpuc_lower_ctx *cx) { return logical_reduce(cx, -1, IR_RED_AND); }
+static tpuc_status *rd_any_dims(tpuc_lower_ctx *cx) { return logical_reduce(cx, 1, IR_RED_OR); }
+static tpuc_status *rd_any_all(tpuc_lower_ctx *cx) { return logical_reduce(cx, -1, IR_RED_OR); }
+
+static tpuc_status *rd_count_nonzero(tpuc_lower_ctx *cx) { /* (self, dim? or dim[]) */
+  ir_graph *g = cx->g;
+  tv x = ir_convert(g, to_pred(g, lx_tensor(cx, 0)), TPUC_S64);
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, 1, ir_type_of(g, x).ndim, dims);
+  put(cx, 0, reduce(g, x, IR_RED_SUM, dims, n));
+  return NULL;
+}
+
+/* ---- logsumexp ---- */
+
+static tpuc_status *rd_logsumexp(tpuc_lower_ctx *cx) { /* (self, dim[], keepdim) */
+  ir_graph *g = cx->g;
+  if (!ir_is_float(cx->out_types[0].dtype)) return lx_unimplemented(cx, "output dtype");
+  tv x = self_acc(cx);
+  ir_type t = ir_type_of(g, x);
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, 1, t.ndim, dims);
+  /* shift by the max, except where it is infinite (as PyTorch) */
+  tv m = extreme(g, x, true, dims, n);
+  tv inf = ir_compare(g, IR_EQ, ir_unary(g, IR_ABS, m), ew_splat(g, m, INFINITY));
+  m = ir_select(g, inf, ew_splat(g, m, 0.0), m);
+  tv e = ir_unary(g, IR_EXP, ir_binary(g, IR_SUB, x, expand_back(g, m, t, dims, n)));
+  tv r = ir_binary(g, IR_ADD, ir_unary(g, IR_LOG, reduce(g, e, IR_RED_SUM, dims, n)), m);
+  put(cx, 0, r);
+  return NULL;
+}
+
+/* ---- cumsum, cumprod ---- */
+
+/* (self, dim, *, dtype?): a window of the whole dim, padded before. */
+static tpuc_status *scan(tpuc_lower_ctx *cx, ir_reducer r) {
+  ir_graph *g = cx->g;
+  tv x = self_acc(cx);
+  ir_type t = ir_type_of(g, x);
+  if (t.ndim == 0) {
+    put(cx, 0, x);
+    return NULL;
+  }
+  int64_t dim = lx_dim(lx_int(cx, 1, 0), t.ndim);
+  int64_t window[TPUC_MAX_DIMS], pad[2 * TPUC_MAX_DIMS] = {0};
+  for (int d = 0; d < t.ndim; d++) window[d] = 1;
+  if (dim < 0 || dim >= t.ndim) return lx_unimplemented(cx, "dim out of range");
+  if (t.dims[dim] > 0) {
+    window[dim] = t.dims[dim];
+    pad[2 * dim] = t.dims[dim] - 1;
+    x = ir_reduce_window(g, x, ew_reduce_init(g, t.dtype, r), r, window, NULL, pad);
+  }
+  put(cx, 0, x);
+  return NULL;
+}
+
+static tpuc_status *rd_cumsum(tpuc_lower_ctx *cx) { return scan(cx, IR_RED_SUM); }
+static tpuc_status *rd_cumprod(tpuc_lower_ctx *cx) { return scan(cx, IR_RED_PROD); }
+
+/* ---- the table ---- */
+
+#define E(name, fn) {"aten::" name, fn}
+
+const tpuc_lowering tpuc_lowerings_reduce[] = {
+    E("sum.dim_IntList", rd_sum_dims), E("sum.IntList_out", rd_sum_dims),
+    E("sum", rd_sum_all), E("sum.out", rd_sum_all),
+    E("mean.dim", rd_mean_dims), E("mean.out", rd_mean_dims),
+    E("mean", rd_mean_all), E("mean.dtype_out", rd_mean_all),
+    E("prod.dim_int", rd_prod_dim), E("prod.int_out", rd_prod_dim),
+    E("prod", rd_prod_all), E("prod.out", rd_prod_all),
+    E("amax", rd_amax), E("amax.out", rd_amax),
+    E("amin", rd_amin), E("amin.out", rd_amin),
+    E("max", rd_max_all), E("max.unary_out", rd_max_all),
+    E("min", rd_min_all), E("min.unary_out", rd_min_all),
+    E("max.dim", rd_max_dim), E("max.dim_max", rd_max_dim),
+    E("min.dim", rd_min_dim), E("min.dim_min", rd_min_dim),
+    E("argmax", rd_argmax), E("argmax.out", rd_argmax),
+    E("argmin", rd_argmin), E("argmin.out", rd_argmin),
+    E("var.correction", rd_var), E("var.correction_out", rd_var),
+    E("std.correction", rd_std), E("std.correction_out", rd_std),
+    E("var_mean.correction", rd_var_mean), E("var_mean.correction_out", rd_var_mean),
+    E("std_mean.correction", rd_std_mean), E("std_mean.correction_out", rd_std_mean),
+    E("norm.ScalarOpt_dim", rd_norm_dims), E("norm.ScalarOpt_dim_dtype", rd_norm_dims),
+    E("norm.out", rd_norm_dims), E("norm.dtype_out", rd_norm_dims),
+    E("norm.Scalar", rd_norm_all), E("norm.Scalar_out", rd_norm_all),
+    E("norm.ScalarOpt_dtype", rd_norm_all), E("norm.ScalarOpt_dtype_out", rd_norm_all),
+    E("linalg_vector_norm", rd_norm_dims), E("linalg_vector_norm.out", rd_norm_dims),
+    E("all", rd_all_all), E("all.all_out", rd_all_all),
+    E("all.dim", rd_all_dims), E("all.out", rd_all_dims),
+    E("all.dims", rd_all_dims), E("all.dims_out", rd_all_dims),
+    E("any", rd_any_all), E("any.all_out", rd_any_all),
+    E("any.dim", rd_any_dims), E("any.out", rd_any_dims),
+    E("any.dims", rd_any_dims), E("any.dims_out", rd_any_dims),
+    E("count_nonzero", rd_count_nonzero), E("count_nonzero.out", rd_count_nonzero),
+    E("count_nonzero.dim_IntList", rd_count_nonzero),
+    E("count_nonzero.dim_IntList_out", rd_count_nonzero),
+    E("logsumexp", rd_logsumexp), E("logsumexp.out", rd_logsumexp),
+    E("cumsum", rd_cumsum), E("cumsum_", rd_cumsum), E("cumsum.out", rd_cumsum),
+    E("cumprod", rd_cumprod), E("cumprod_", rd_cumprod), E("cumprod.out", rd_cumprod),
+    {NULL, NULL},
+};
