@@ -342,6 +342,8 @@ def run(op, *args, rng: RNG | None = None, **kwargs):
                     target = bound[i]
         if target is None:
             t = refs[k]
+            if t is None:  # an undefined result (output_mask): no output
+                continue
             if isinstance(t, (list, tuple)):
                 for x in t:
                     outs.append((x, _Storage(c, None, x.untyped_storage().nbytes())))

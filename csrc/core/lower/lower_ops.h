@@ -129,6 +129,11 @@ static inline tv lo_binc(ir_graph *g, ir_binary_op op, tv a, double c) {
  * broadcast of it). The usual last step of a lowering. */
 static inline tv lo_out(ir_graph *g, tv x, ir_type t) { return lx_coerce(g, x, t); }
 
+/* x converted to t's dtype and reshaped to t's shape (same element count). */
+static inline tv lo_fit(ir_graph *g, tv x, ir_type t) {
+  return ir_reshape(g, ir_convert(g, x, t.dtype), t.ndim, t.dims);
+}
+
 /* Integer index values as s64, negative ones wrapped by `size`. */
 static inline tv lo_wrap_index(ir_graph *g, tv idx, int64_t size) {
   idx = ir_convert(g, idx, TPUC_S64);
