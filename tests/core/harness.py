@@ -236,17 +236,20 @@ class Core:
         return d
 
     # ---- running ops ----
-    def run(self, name: str, *args, rng=(0, 0), wait=True, **kwargs):
+    def run(self, name: str, *args, rng=(0, 0), wait=True, outs=None, **kwargs):
         """Runs `name` on copies of the given CPU tensors; returns what the op
         returns (a tensor or a tuple), as CPU tensors. In-place and out=
-        overloads update the given tensors too, as PyTorch would."""
+        overloads update the given tensors too, as PyTorch would. `outs`
+        gives the outputs of an op without a meta kernel."""
         opov = _overload(name)
         schema = opov._schema
         bound = _bind(schema, args, kwargs)
         # outputs: mutated arguments, or fresh tensors shaped by the meta kernel
         mutated = [i for i, a in enumerate(schema.arguments)
                    if a.alias_info is not None and a.alias_info.is_write]
-        if mutated:
+        if outs is not None:
+            outs = list(outs)
+        elif mutated:
             outs = [bound[i] for i in mutated]
         else:
             pos_, kw_ = _split(schema, _to_meta(bound))
@@ -266,7 +269,10 @@ class Core:
         for i, (a, v) in enumerate(zip(schema.arguments, bound)):
             arg = cargs[i]
             ty = _kind(a.type)
-            if v is None:
+            if ty == "GeneratorType":  # the device generator's state, given or not
+                arg.kind = RNG
+                arg.rng.seed, arg.rng.offset = rng
+            elif v is None:
                 arg.kind = NONE
             elif isinstance(v, torch.Tensor):
                 arg.kind = TENSOR
@@ -279,9 +285,6 @@ class Core:
             elif ty == "TensorType" and isinstance(v, (bool, int, float, complex)):
                 arg.kind = SCALAR  # a wrapped Python number, as the glue passes it
                 _set_scalar(arg.scalar, v)
-            elif ty == "GeneratorType":
-                arg.kind = RNG
-                arg.rng.seed, arg.rng.offset = rng
             elif ty in ("NumberType", "FloatType", "ComplexType"):
                 arg.kind = SCALAR
                 _set_scalar(arg.scalar, v)
@@ -367,7 +370,7 @@ def _bind(schema, args, kwargs) -> list:
             out.append(kwargs[a.name])
         elif a.has_default_value():
             out.append(a.default_value)
-        elif str(a.type).endswith("?"):
+        elif a.type.kind() == "OptionalType":
             out.append(None)
         else:
             raise TypeError(f"{schema.name}: missing argument {a.name}")
