@@ -1,9 +1,10 @@
-/* exec.h — private definitions of the op engine (storages, the signature
- * cache, view reads and writes). */
+/* exec.h — private definitions of the op engine: storages and the hooks
+ * between storages and fused execution. */
 #ifndef TPUC_EXEC_H
 #define TPUC_EXEC_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "../ir/ir.h"
 #include "../runtime/internal.h"
@@ -13,7 +14,29 @@ struct tpuc_storage {
   tpuc_runtime *rt;
   int device;
   size_t nbytes;
-  tpuc_buffer *buf; /* NULL until written */
+  tpuc_buffer *buf;  /* NULL until written */
+  atomic_int refs;   /* the owner's reference + one per pending fused op */
+  atomic_bool alive; /* the owner (PyTorch) still holds it */
+  atomic_int pending; /* uses by ops recorded and not yet flushed */
 };
+
+/* The bound buffer (one reference) without flushing pending work: for the
+ * engine itself, which has already flushed or is flushing. */
+tpuc_buffer *tpuc_storage_peek_buffer(tpuc_storage *s);
+/* Binds without flushing (the engine's results). */
+tpuc_status *tpuc_storage_bind(tpuc_storage *s, tpuc_buffer *b);
+tpuc_storage *tpuc_storage_retain(tpuc_storage *s);
+void tpuc_storage_release(tpuc_storage *s);
+
+/* op_run.c: validates a call (builds its IR, compiles nothing); returns the
+ * lowering's refusal as TPUC_ERR_UNIMPLEMENTED and the call's signature hash. */
+tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *sig);
+
+/* fused.c */
+bool tpuc_fused_recording(tpuc_runtime *rt);
+tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c);
+/* Flushes device's pending ops if the storage is used by any. */
+tpuc_status *tpuc_fused_flush_for(tpuc_storage *s);
+void tpuc_fused_destroy(tpuc_runtime *rt);
 
 #endif /* TPUC_EXEC_H */

@@ -17,6 +17,9 @@ tpuc_status *tpuc_storage_create(tpuc_runtime *rt, int device, size_t nbytes, tp
   tpuc_storage *s = calloc(1, sizeof *s);
   if (!s) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
   pthread_mutex_init(&s->lock, NULL);
+  atomic_init(&s->refs, 1);
+  atomic_init(&s->alive, true);
+  atomic_init(&s->pending, 0);
   s->rt = rt;
   s->device = device;
   s->nbytes = nbytes;
@@ -24,17 +27,47 @@ tpuc_status *tpuc_storage_create(tpuc_runtime *rt, int device, size_t nbytes, tp
   return NULL;
 }
 
-void tpuc_storage_destroy(tpuc_storage *s) {
-  if (!s) return;
+tpuc_storage *tpuc_storage_retain(tpuc_storage *s) {
+  if (s) atomic_fetch_add(&s->refs, 1);
+  return s;
+}
+
+void tpuc_storage_release(tpuc_storage *s) {
+  if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
   tpuc_buffer_release(s->buf);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }
 
+/* The owner lets go; ops still pending on the storage keep it until they
+ * run, and then drop its results (a temporary never materialises). */
+void tpuc_storage_destroy(tpuc_storage *s) {
+  if (!s) return;
+  atomic_store(&s->alive, false);
+  tpuc_storage_release(s);
+}
+
 size_t tpuc_storage_nbytes(const tpuc_storage *s) { return s->nbytes; }
 int tpuc_storage_device(const tpuc_storage *s) { return s->device; }
 
+tpuc_buffer *tpuc_storage_peek_buffer(tpuc_storage *s) {
+  pthread_mutex_lock(&s->lock);
+  tpuc_buffer *b = tpuc_buffer_retain(s->buf);
+  pthread_mutex_unlock(&s->lock);
+  return b;
+}
+
+/* Pending fused ops that use the storage run before anyone looks at or
+ * replaces its buffer. */
+static tpuc_status *settle(tpuc_storage *s) {
+  return atomic_load(&s->pending) ? tpuc_fused_flush_for(s) : NULL;
+}
+
 tpuc_buffer *tpuc_storage_get_buffer(tpuc_storage *s) {
+  tpuc_status *st = settle(s);
+  if (st) { /* the flush failed: its error surfaces when the data is read */
+    tpuc_status_destroy(st);
+  }
   pthread_mutex_lock(&s->lock);
   tpuc_buffer *b = tpuc_buffer_retain(s->buf);
   pthread_mutex_unlock(&s->lock);
@@ -42,6 +75,12 @@ tpuc_buffer *tpuc_storage_get_buffer(tpuc_storage *s) {
 }
 
 tpuc_status *tpuc_storage_set_buffer(tpuc_storage *s, tpuc_buffer *b) {
+  tpuc_status *st = settle(s);
+  if (st) return st;
+  return tpuc_storage_bind(s, b);
+}
+
+tpuc_status *tpuc_storage_bind(tpuc_storage *s, tpuc_buffer *b) {
   if (b && (tpuc_buffer_nbytes(b) != s->nbytes || tpuc_buffer_device(b) != s->device))
     return tpuc_status_make(TPUC_ERR_INTERNAL,
                             "binding a buffer of %zu bytes on device %d to a storage of %zu bytes "
@@ -59,9 +98,11 @@ tpuc_status *tpuc_storage_set_buffer(tpuc_storage *s, tpuc_buffer *b) {
 tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims, int ndim,
                                  const void *data) {
   tpuc_buffer *b = NULL;
-  tpuc_status *st = tpuc_buffer_from_host(s->rt, s->device, dtype, dims, ndim, data, &b);
+  tpuc_status *st = settle(s);
   if (st) return st;
-  st = tpuc_storage_set_buffer(s, b);
+  st = tpuc_buffer_from_host(s->rt, s->device, dtype, dims, ndim, data, &b);
+  if (st) return st;
+  st = tpuc_storage_bind(s, b);
   tpuc_buffer_release(b);
   return st;
 }
@@ -71,19 +112,23 @@ tpuc_status *tpuc_storage_download(tpuc_storage *s, void *dst, size_t nbytes) {
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
                             "tpuc_storage_download: %zu bytes asked of a storage of %zu", nbytes,
                             s->nbytes);
-  tpuc_buffer *b = tpuc_storage_get_buffer(s);
+  tpuc_status *st = settle(s);
+  if (st) return st;
+  tpuc_buffer *b = tpuc_storage_peek_buffer(s);
   if (!b) {
     memset(dst, 0, nbytes);
     return NULL;
   }
-  tpuc_status *st = tpuc_buffer_to_host(b, dst, nbytes);
+  st = tpuc_buffer_to_host(b, dst, nbytes);
   tpuc_buffer_release(b);
   return st;
 }
 
 tpuc_status *tpuc_storage_resize(tpuc_storage *s, size_t nbytes) {
   if (nbytes == s->nbytes) return NULL;
-  tpuc_buffer *b = tpuc_storage_get_buffer(s);
+  tpuc_status *pst = settle(s);
+  if (pst) return pst;
+  tpuc_buffer *b = tpuc_storage_peek_buffer(s);
   if (!b) { /* nothing written yet: only the size changes */
     pthread_mutex_lock(&s->lock);
     s->nbytes = nbytes;

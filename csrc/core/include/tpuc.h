@@ -304,11 +304,33 @@ const char *tpuc_op_name(tpuc_runtime *rt, int i);
  * outside what the lowering handles: the caller may fall back to the CPU. */
 tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *call, bool wait);
 
+/* Execution modes (PyTorch's semantics in all of them):
+ * - STRICT: one program per op, launched asynchronously (the default);
+ * - DEBUG: the same, waiting after every op so that a device error is
+ *   reported by the op that caused it;
+ * - FUSED: ops are recorded per device and run as one program when their
+ *   results are needed (a host read, a synchronize, a storage written from
+ *   the host), at a size cap, or at a loop boundary (the op sequence that
+ *   began the last chunk recurs after as many ops as that chunk had), so a
+ *   steady training loop maps onto the same few cached programs. Results
+ *   of storages freed meanwhile are never materialised. */
+typedef enum { TPUC_MODE_STRICT = 0, TPUC_MODE_DEBUG = 1, TPUC_MODE_FUSED = 2 } tpuc_mode;
+
+/* Switching away from FUSED flushes what is pending. */
+tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode);
+tpuc_mode tpuc_get_mode(tpuc_runtime *rt);
+/* Runs the ops recorded for `device` (-1: every device) now. */
+tpuc_status *tpuc_flush(tpuc_runtime *rt, int device);
+
 typedef struct {
   int64_t op_calls;       /* tpuc_op_run calls */
   int64_t fast_hits;      /* served by the signature cache: no text, no compile */
   int64_t fast_misses;    /* lowered and emitted */
   int64_t emitted_bytes;  /* StableHLO text produced */
+  int64_t recorded_ops;   /* ops recorded in fused mode */
+  int64_t flushes;        /* fused chunks run */
+  int64_t chunk_hits;     /* chunks whose program came from the signature cache */
+  int64_t chunk_misses;   /* chunks built, emitted and compiled (or loaded) */
 } tpuc_op_stats;
 
 void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);

@@ -81,6 +81,10 @@ struct tpuc_runtime {
   struct tpuc_fast_entry **fast_buckets;
   size_t fast_nbuckets, fast_count;
   int64_t op_calls, fast_hits, fast_misses, emitted_bytes;
+  int64_t recorded_ops, flushes, chunk_hits, chunk_misses;
+  /* fused execution (exec/fused.c) */
+  atomic_int mode;
+  struct tpuc_pending *pending; /* one per device */
 
   atomic_llong executions;
   atomic_llong live_objects; /* buffers + executables not yet destroyed */
@@ -135,5 +139,7 @@ void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_ex
 
 /* ---- exec/op_run.c ---- */
 void tpuc_fast_cache_clear(tpuc_runtime *rt);
+/* exec/fused.c: runs what is pending and frees the recording state. */
+void tpuc_fused_destroy(tpuc_runtime *rt);
 
 #endif /* TPUC_INTERNAL_H */

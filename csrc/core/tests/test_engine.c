@@ -271,6 +271,108 @@ static void test_complex_views_of_float_storage(void) {
   tpuc_storage_destroy(sr);
 }
 
+/* ---- fused mode ---- */
+static void test_fused_chain_matches_strict(void) {
+  float x[4] = {1, 2, 3, 4}, got[4];
+  int64_t sz[1] = {4};
+  tpuc_storage *sx = storage_f32(x, 4), *sa = storage_f32(NULL, 4), *sb = storage_f32(NULL, 4);
+  tpuc_arg half;
+  memset(&half, 0, sizeof half);
+  half.kind = TPUC_ARG_SCALAR;
+  half.scalar.kind = TPUC_SCALAR_FLOAT;
+  half.scalar.re = 0.5;
+  tpuc_op_stats s0, s1;
+  tpuc_op_stats_get(rt, &s0);
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_FUSED));
+  tpuc_tensor tx = contiguous(sx, 1, sz), ta = contiguous(sa, 1, sz), tb = contiguous(sb, 1, sz);
+  tpuc_tensor xx[2] = {tx, tx};
+  CHECK_OK(run1(OP(k_add), xx, 2, ta, NULL, 0));   /* a = x + x */
+  tpuc_tensor ax[2] = {ta, tx};
+  CHECK_OK(run1(OP(k_add), ax, 2, tb, NULL, 0));   /* b = a + x */
+  CHECK_OK(run1(OP(k_scale), &tb, 1, tb, &half, 1)); /* b *= 0.5, in place */
+  /* x[1:3] += x[1:3] through a view, after b read x */
+  int64_t two = 2, one = 1;
+  tpuc_tensor mid = view(sx, 1, &two, &one, 1);
+  tpuc_tensor mm[2] = {mid, mid};
+  CHECK_OK(run1(OP(k_add), mm, 2, mid, NULL, 0));
+  tpuc_op_stats_get(rt, &s1);
+  CHECK(s1.recorded_ops == s0.recorded_ops + 4);
+  CHECK(s1.flushes == s0.flushes); /* nothing ran yet */
+  read_f32(sb, got, 4);             /* a host read runs the chunk */
+  for (int i = 0; i < 4; i++) CHECK(got[i] == 1.5f * x[i]);
+  read_f32(sx, got, 4);
+  CHECK(got[0] == 1 && got[1] == 4 && got[2] == 6 && got[3] == 4);
+  tpuc_op_stats_get(rt, &s1);
+  CHECK(s1.flushes == s0.flushes + 1);
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_STRICT));
+  tpuc_storage_destroy(sx);
+  tpuc_storage_destroy(sa);
+  tpuc_storage_destroy(sb);
+}
+
+static void test_fused_loop_hits_the_cache(void) {
+  /* x = (x + y) * 0.5 repeated: chunks cut at the loop boundary reuse one
+   * program; a freed temporary is never materialised */
+  float x[4] = {8, 8, 8, 8}, y[4] = {0, 2, 4, 6}, got[4];
+  int64_t sz[1] = {4};
+  tpuc_storage *sx = storage_f32(x, 4), *sy = storage_f32(y, 4);
+  tpuc_arg half;
+  memset(&half, 0, sizeof half);
+  half.kind = TPUC_ARG_SCALAR;
+  half.scalar.kind = TPUC_SCALAR_FLOAT;
+  half.scalar.re = 0.5;
+  tpuc_memory_stats m0, m1;
+  CHECK_OK(tpuc_memory_stats_get(rt, 0, &m0));
+  tpuc_op_stats s0, s1;
+  tpuc_op_stats_get(rt, &s0);
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_FUSED));
+  for (int it = 0; it < 8; it++) {
+    tpuc_storage *tmp = storage_f32(NULL, 4);
+    tpuc_tensor tx = contiguous(sx, 1, sz), ty = contiguous(sy, 1, sz), tt = contiguous(tmp, 1, sz);
+    tpuc_tensor xy[2] = {tx, ty};
+    CHECK_OK(run1(OP(k_add), xy, 2, tt, NULL, 0));
+    CHECK_OK(run1(OP(k_scale), &tt, 1, tx, &half, 1));
+    tpuc_storage_destroy(tmp); /* freed while pending */
+  }
+  CHECK_OK(tpuc_flush(rt, 0));
+  tpuc_op_stats_get(rt, &s1);
+  read_f32(sx, got, 4);
+  for (int i = 0; i < 4; i++) {
+    float e = x[i];
+    for (int it = 0; it < 8; it++) e = (e + y[i]) * 0.5f;
+    CHECK(got[i] == e);
+  }
+  CHECK(s1.flushes - s0.flushes == 8);       /* one chunk per iteration */
+  CHECK(s1.chunk_misses - s0.chunk_misses <= 2);
+  CHECK(s1.chunk_hits - s0.chunk_hits >= 6);
+  CHECK_OK(tpuc_memory_stats_get(rt, 0, &m1));
+  CHECK(m1.bytes_in_use == m0.bytes_in_use); /* no temporary left behind */
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_STRICT));
+  tpuc_storage_destroy(sx);
+  tpuc_storage_destroy(sy);
+}
+
+static void test_fused_declined_and_host_writes(void) {
+  float x[2] = {1, 2}, z[2] = {5, 5}, got[2];
+  int64_t sz[1] = {2};
+  tpuc_storage *sx = storage_f32(x, 2), *so = storage_f32(NULL, 2);
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_FUSED));
+  tpuc_tensor tx = contiguous(sx, 1, sz), to = contiguous(so, 1, sz);
+  tpuc_status *s = run1(OP(k_decline), &tx, 1, to, NULL, 0);
+  CHECK(s && tpuc_status_code(s) == TPUC_ERR_UNIMPLEMENTED);
+  tpuc_status_destroy(s);
+  tpuc_tensor xx[2] = {tx, tx};
+  CHECK_OK(run1(OP(k_add), xx, 2, to, NULL, 0)); /* o = x + x, pending */
+  CHECK_OK(tpuc_storage_upload(sx, TPUC_F32, sz, 1, z)); /* the pending op sees the old x */
+  read_f32(so, got, 2);
+  CHECK(got[0] == 2 && got[1] == 4);
+  read_f32(sx, got, 2);
+  CHECK(got[0] == 5 && got[1] == 5);
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_STRICT));
+  tpuc_storage_destroy(sx);
+  tpuc_storage_destroy(so);
+}
+
 /* ---- IR primitives against the plugin ---- */
 static tpuc_buffer *up(tpuc_dtype t, int ndim, const int64_t *dims, const void *data) {
   tpuc_buffer *b = NULL;
@@ -435,6 +537,9 @@ int main(void) {
   RUN(test_strided_write_scatter);
   RUN(test_unwritten_storage_reads_zeros);
   RUN(test_complex_views_of_float_storage);
+  RUN(test_fused_chain_matches_strict);
+  RUN(test_fused_loop_hits_the_cache);
+  RUN(test_fused_declined_and_host_writes);
   RUN(test_signature_cache_and_scalars);
   RUN(test_declined_is_unimplemented_and_cached);
   RUN(test_ir_argmax_sort);

@@ -1,0 +1,295 @@
+/* fused.c — fused eager execution: ops are recorded per device and run as
+ * one program per chunk (plan.c builds it exactly as it builds a single op,
+ * with the storages' values threaded from op to op).
+ *
+ * A chunk runs when its results are needed (a storage it uses is read,
+ * written from the host, resized: storage.c calls tpuc_fused_flush_for), on
+ * tpuc_flush, when switching mode, at a size cap, and at loop boundaries:
+ * the first op of a chunk is its anchor; when the anchor's signature recurs
+ * the chunk so far is run, and afterwards chunks are cut where the anchor
+ * recurs after as many ops as the previous chunk had. A steady training
+ * loop thus maps onto the same chunks, whose programs come from the
+ * signature cache. Storages freed while ops on them are pending keep no
+ * results: the program computes them only where other values need them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+#define CHUNK_CAP 8192
+
+typedef struct {
+  tpuc_op_call call; /* points into the arrays below */
+  tpuc_arg *args;
+  tpuc_tensor *tensors; /* inputs, then outputs */
+  void *pool;           /* int lists and strings of the arguments */
+  uint64_t sig;
+} rec;
+
+typedef struct tpuc_pending {
+  pthread_mutex_t lock;
+  rec *recs;
+  int n, cap;
+  bool anchored;
+  uint64_t anchor;
+  int period; /* ops in the last chunk cut at the anchor; 0: not known */
+} pending;
+
+static pending *pending_of(tpuc_runtime *rt, int device) {
+  /* created with the runtime's first recording; devices never change */
+  return &rt->pending[device];
+}
+
+static tpuc_status *ensure_pending(tpuc_runtime *rt) {
+  if (rt->pending) return NULL;
+  pthread_mutex_lock(&rt->fast_lock);
+  if (!rt->pending) {
+    pending *p = calloc((size_t)rt->device_count, sizeof *p);
+    if (p) {
+      for (int i = 0; i < rt->device_count; i++) pthread_mutex_init(&p[i].lock, NULL);
+      rt->pending = p;
+    }
+  }
+  pthread_mutex_unlock(&rt->fast_lock);
+  return rt->pending ? NULL : tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+}
+
+bool tpuc_fused_recording(tpuc_runtime *rt) {
+  return atomic_load(&rt->mode) == TPUC_MODE_FUSED;
+}
+
+tpuc_mode tpuc_get_mode(tpuc_runtime *rt) { return (tpuc_mode)atomic_load(&rt->mode); }
+
+/* ---- records ---- */
+static void rec_free(rec *r) {
+  for (int i = 0; i < r->call.ntensors + r->call.noutputs; i++) {
+    tpuc_storage *s = r->tensors[i].storage;
+    atomic_fetch_sub(&s->pending, 1);
+    tpuc_storage_release(s);
+  }
+  free(r->args);
+  free(r->tensors);
+  free(r->pool);
+}
+
+static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
+  memset(r, 0, sizeof *r);
+  size_t pool = 0;
+  for (int i = 0; i < c->nargs; i++) {
+    const tpuc_arg *a = &c->args[i];
+    if (a->kind == TPUC_ARG_INTS || a->kind == TPUC_ARG_BOOLS)
+      pool += (size_t)a->ints.n * sizeof(int64_t);
+    if (a->kind == TPUC_ARG_STRING) pool += strlen(a->s) + 8;
+  }
+  int nt = c->ntensors + c->noutputs;
+  r->args = malloc((size_t)(c->nargs + 1) * sizeof *r->args);
+  r->tensors = malloc((size_t)(nt + 1) * sizeof *r->tensors);
+  r->pool = malloc(pool + 8);
+  if (!r->args || !r->tensors || !r->pool) {
+    free(r->args);
+    free(r->tensors);
+    free(r->pool);
+    return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  if (c->nargs) memcpy(r->args, c->args, (size_t)c->nargs * sizeof *r->args);
+  char *p = r->pool;
+  for (int i = 0; i < c->nargs; i++) {
+    tpuc_arg *a = &r->args[i];
+    if (a->kind == TPUC_ARG_INTS || a->kind == TPUC_ARG_BOOLS) {
+      size_t n = (size_t)a->ints.n * sizeof(int64_t);
+      if (n) memcpy(p, a->ints.v, n);
+      a->ints.v = (const int64_t *)p;
+      p += n;
+    } else if (a->kind == TPUC_ARG_STRING) {
+      size_t n = strlen(a->s) + 1;
+      memcpy(p, a->s, n);
+      a->s = p;
+      p += (n + 7) & ~(size_t)7;
+    }
+  }
+  if (c->ntensors) memcpy(r->tensors, c->tensors, (size_t)c->ntensors * sizeof *r->tensors);
+  memcpy(r->tensors + c->ntensors, c->outputs, (size_t)c->noutputs * sizeof *r->tensors);
+  for (int i = 0; i < nt; i++) {
+    tpuc_storage_retain(r->tensors[i].storage);
+    atomic_fetch_add(&r->tensors[i].storage->pending, 1);
+  }
+  r->call = *c;
+  r->call.args = r->args;
+  r->call.tensors = r->tensors;
+  r->call.outputs = r->tensors + c->ntensors;
+  return NULL;
+}
+
+/* ---- flushing ---- */
+static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
+  int n = pd->n;
+  if (n == 0) return NULL;
+  slot_set s = {0};
+  unsigned char stack[2048];
+  keybuf k = {stack, 0, sizeof stack, false, false};
+  const tpuc_op_call **calls = malloc((size_t)n * sizeof *calls);
+  int **ts = calloc((size_t)n, sizeof *ts), **os = calloc((size_t)n, sizeof *os);
+  bool *read = NULL, *seen = NULL, *live = NULL;
+  fast_entry *owned = NULL;
+  tpuc_status *st = NULL;
+  if (!calls || !ts || !os) {
+    st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  key_put(&k, "F", 1);
+  for (int i = 0; i < n && !st; i++) {
+    const tpuc_op_call *c = &pd->recs[i].call;
+    calls[i] = c;
+    ts[i] = malloc((size_t)(c->ntensors + 1) * sizeof(int));
+    os[i] = malloc((size_t)(c->noutputs + 1) * sizeof(int));
+    if (!ts[i] || !os[i]) st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    else st = key_call(&k, c, &s, ts[i], os[i]);
+  }
+  if (st) goto done;
+  read = calloc((size_t)s.n + 1, sizeof *read);
+  seen = calloc((size_t)s.n + 1, sizeof *seen);
+  live = calloc((size_t)s.n + 1, sizeof *live);
+  if (!read || !seen || !live) {
+    st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < n; i++) slots_read(calls[i], ts[i], os[i], read, seen);
+  for (int i = 0; i < s.n; i++) live[i] = atomic_load(&s.storage[i]->alive);
+  key_slots(&k, &s, read, live);
+  if (k.oom) {
+    st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  uint64_t h = key_hash(&k);
+  pthread_mutex_lock(&rt->fast_lock);
+  fast_entry *e = cache_find(rt, h, &k);
+  rt->flushes++;
+  if (e) rt->chunk_hits++;
+  else rt->chunk_misses++;
+  pthread_mutex_unlock(&rt->fast_lock);
+  if (!e) {
+    fast_entry *ne = entry_new(&k, h);
+    if (!ne) {
+      st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+      goto done;
+    }
+    st = plan_build(rt, calls, ts, os, n, &s, read, live, true, ne, "fused chunk");
+    if (st) {
+      entry_free(ne);
+      goto done;
+    }
+    pthread_mutex_lock(&rt->fast_lock);
+    e = cache_insert(rt, ne);
+    pthread_mutex_unlock(&rt->fast_lock);
+    if (e != ne) owned = ne;
+    if (!e) e = ne;
+  }
+  st = plan_launch(rt, device, e, &s, calls, false);
+done:
+  for (int i = 0; i < n; i++) {
+    if (ts) free(ts[i]);
+    if (os) free(os[i]);
+    rec_free(&pd->recs[i]);
+  }
+  pd->n = 0;
+  entry_free(owned);
+  free(calls);
+  free(ts);
+  free(os);
+  free(read);
+  free(seen);
+  free(live);
+  key_free(&k);
+  slots_release(&s);
+  return st;
+}
+
+tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
+  if (!rt->pending) return NULL;
+  tpuc_status *first = NULL;
+  for (int d = 0; d < rt->device_count; d++) {
+    if (device >= 0 && d != device) continue;
+    pending *pd = pending_of(rt, d);
+    pthread_mutex_lock(&pd->lock);
+    tpuc_status *st = flush_locked(rt, d, pd);
+    pd->anchored = false; /* an explicit boundary: the next op anchors anew */
+    pthread_mutex_unlock(&pd->lock);
+    if (st && !first) first = st;
+    else tpuc_status_destroy(st);
+  }
+  return first;
+}
+
+tpuc_status *tpuc_fused_flush_for(tpuc_storage *s) {
+  return tpuc_flush(s->rt, s->device);
+}
+
+tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode) {
+  if ((unsigned)mode > TPUC_MODE_FUSED)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "unknown execution mode %d", (int)mode);
+  int old = atomic_exchange(&rt->mode, (int)mode);
+  if (old == TPUC_MODE_FUSED && mode != TPUC_MODE_FUSED) return tpuc_flush(rt, -1);
+  return NULL;
+}
+
+void tpuc_fused_destroy(tpuc_runtime *rt) {
+  if (!rt->pending) return;
+  tpuc_status_destroy(tpuc_flush(rt, -1));
+  for (int d = 0; d < rt->device_count; d++) {
+    free(rt->pending[d].recs);
+    pthread_mutex_destroy(&rt->pending[d].lock);
+  }
+  free(rt->pending);
+  rt->pending = NULL;
+}
+
+/* ---- recording ---- */
+tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
+  uint64_t sig = 0;
+  tpuc_status *st = tpuc_op_check(rt, c, &sig);
+  if (st) return st; /* e.g. unimplemented: the caller falls back at the op */
+  if ((st = ensure_pending(rt))) return st;
+  pending *pd = pending_of(rt, c->device);
+  pthread_mutex_lock(&pd->lock);
+  if (pd->n > 0 && pd->anchored && sig == pd->anchor &&
+      (pd->period == 0 || pd->n == pd->period)) {
+    pd->period = pd->n; /* a loop boundary */
+    st = flush_locked(rt, c->device, pd);
+  } else if (pd->n >= CHUNK_CAP) {
+    st = flush_locked(rt, c->device, pd);
+    pd->anchored = false;
+  } else if (pd->anchored && pd->period && pd->n > 2 * pd->period) {
+    pd->period = 0; /* the loop changed: cut at the anchor's next recurrence */
+  }
+  if (st) {
+    pthread_mutex_unlock(&pd->lock);
+    return st;
+  }
+  if (pd->n == 0 && !pd->anchored) {
+    pd->anchored = true;
+    pd->anchor = sig;
+    pd->period = 0;
+  }
+  if (pd->n == pd->cap) {
+    int cap = pd->cap ? pd->cap * 2 : 256;
+    rec *nr = realloc(pd->recs, (size_t)cap * sizeof *nr);
+    if (!nr) {
+      pthread_mutex_unlock(&pd->lock);
+      return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    pd->recs = nr;
+    pd->cap = cap;
+  }
+  st = rec_copy(&pd->recs[pd->n], c);
+  if (!st) {
+    pd->recs[pd->n].sig = sig;
+    pd->n++;
+  }
+  pthread_mutex_unlock(&pd->lock);
+  if (!st) {
+    pthread_mutex_lock(&rt->fast_lock);
+    rt->recorded_ops++;
+    pthread_mutex_unlock(&rt->fast_lock);
+  }
+  return st;
+}

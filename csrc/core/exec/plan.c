@@ -1,0 +1,506 @@
+/* plan.c — from op calls to a launched program, shared by strict execution
+ * (one call per program) and fused execution (a recorded chunk of calls).
+ *
+ * A signature describes everything a program depends on: each call's op,
+ * tensor geometry and dtypes, which tensors share a storage (slot numbers),
+ * static arguments and the kinds of runtime scalars, and each storage's size
+ * and, if the program reads it, the type of its buffer. The signature cache
+ * maps a signature to a plan: the executable, where each parameter comes
+ * from, and which storage each result binds to. On a miss the program is
+ * built: one parameter per storage read, views read out of them (view.c),
+ * each call's lowering, and each output written back — a result covering its
+ * whole storage becomes the storage's value, any other write updates it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+/* ---- slots ---- */
+int slots_add(slot_set *s, tpuc_storage *st) {
+  for (int i = 0; i < s->n; i++)
+    if (s->storage[i] == st) return i;
+  if (s->n == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 16;
+    tpuc_storage **ns = realloc(s->storage, (size_t)cap * sizeof *ns);
+    if (!ns) return -1;
+    s->storage = ns;
+    tpuc_buffer **nb = realloc(s->buffer, (size_t)cap * sizeof *nb);
+    if (!nb) return -1;
+    s->buffer = nb;
+    s->cap = cap;
+  }
+  s->storage[s->n] = st;
+  s->buffer[s->n] = tpuc_storage_peek_buffer(st);
+  return s->n++;
+}
+
+void slots_release(slot_set *s) {
+  for (int i = 0; i < s->n; i++) tpuc_buffer_release(s->buffer[i]);
+  free(s->storage);
+  free(s->buffer);
+  memset(s, 0, sizeof *s);
+}
+
+/* ---- signatures ---- */
+void key_put(keybuf *k, const void *p, size_t n) {
+  if (k->oom) return;
+  if (k->len + n > k->cap) {
+    size_t cap = k->cap ? k->cap * 2 : 512;
+    while (cap < k->len + n) cap *= 2;
+    unsigned char *nb = k->heap ? realloc(k->b, cap) : malloc(cap);
+    if (!nb) {
+      k->oom = true;
+      return;
+    }
+    if (!k->heap && k->len) memcpy(nb, k->b, k->len);
+    k->b = nb;
+    k->cap = cap;
+    k->heap = true;
+  }
+  memcpy(k->b + k->len, p, n);
+  k->len += n;
+}
+
+void key_free(keybuf *k) {
+  if (k->heap) free(k->b);
+}
+
+static void key_i64(keybuf *k, int64_t v) { key_put(k, &v, sizeof v); }
+
+static void key_tensor(keybuf *k, const tpuc_tensor *t, int slot) {
+  key_i64(k, slot);
+  key_i64(k, t->dtype);
+  key_i64(k, t->ndim);
+  key_put(k, t->sizes, (size_t)t->ndim * sizeof(int64_t));
+  key_put(k, t->strides, (size_t)t->ndim * sizeof(int64_t));
+  key_i64(k, t->offset);
+}
+
+tpuc_status *key_call(keybuf *k, const tpuc_op_call *c, slot_set *s, int *tslot, int *oslot) {
+  key_put(k, &c->op, sizeof c->op);
+  key_i64(k, c->ntensors);
+  key_i64(k, c->noutputs);
+  for (int i = 0; i < c->ntensors + c->noutputs; i++) {
+    const tpuc_tensor *t = i < c->ntensors ? &c->tensors[i] : &c->outputs[i - c->ntensors];
+    if (!t->storage)
+      return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tensor %d has no storage", i);
+    if (t->ndim < 0 || t->ndim > TPUC_MAX_DIMS || (unsigned)t->dtype >= TPUC_DTYPE_COUNT)
+      return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tensor %d: bad rank or dtype", i);
+    if (t->storage->device != c->device)
+      return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                              "%s: a tensor is on tpu:%d but the op runs on tpu:%d",
+                              tpuc_op_name_of(c->op), t->storage->device, c->device);
+    int sl = slots_add(s, t->storage);
+    if (sl < 0) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (i < c->ntensors) tslot[i] = sl;
+    else oslot[i - c->ntensors] = sl;
+    key_tensor(k, t, sl);
+  }
+  for (int i = 0; i < c->nargs; i++) {
+    const tpuc_arg *a = &c->args[i];
+    key_i64(k, a->kind);
+    switch (a->kind) {
+      case TPUC_ARG_INT:
+      case TPUC_ARG_BOOL: key_i64(k, a->i); break;
+      case TPUC_ARG_INTS:
+      case TPUC_ARG_BOOLS:
+        key_i64(k, a->ints.n);
+        key_put(k, a->ints.v, (size_t)a->ints.n * sizeof(int64_t));
+        break;
+      case TPUC_ARG_TENSOR:
+      case TPUC_ARG_TENSORS:
+        key_i64(k, a->tensors.first);
+        key_i64(k, a->tensors.count);
+        break;
+      case TPUC_ARG_STRING: key_put(k, a->s, strlen(a->s) + 1); break;
+      case TPUC_ARG_SCALAR: key_i64(k, a->scalar.kind); break;
+      default: break;
+    }
+  }
+  return k->oom ? tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory") : NULL;
+}
+
+void slots_read(const tpuc_op_call *c, const int *tslot, const int *oslot, bool *read,
+                bool *seen) {
+  for (int i = 0; i < c->ntensors; i++) {
+    int sl = tslot[i];
+    if (!seen[sl] && tpuc_view_numel(&c->tensors[i]) > 0) {
+      read[sl] = true;
+      seen[sl] = true;
+    }
+  }
+  for (int i = 0; i < c->noutputs; i++) {
+    const tpuc_tensor *o = &c->outputs[i];
+    int sl = oslot[i];
+    if (seen[sl] || tpuc_view_numel(o) == 0) continue;
+    read[sl] = !tpuc_view_covers_storage(o, o->storage->nbytes);
+    seen[sl] = true;
+  }
+}
+
+void key_slots(keybuf *k, const slot_set *s, const bool *read, const bool *live) {
+  for (int i = 0; i < s->n; i++) {
+    key_i64(k, (int64_t)s->storage[i]->nbytes);
+    key_i64(k, s->storage[i]->device);
+    key_i64(k, live[i]);
+    const tpuc_buffer *b = read[i] ? s->buffer[i] : NULL;
+    key_i64(k, b ? (int64_t)b->dtype : -1);
+    if (b) {
+      key_i64(k, b->ndim);
+      key_put(k, b->dims, (size_t)b->ndim * sizeof(int64_t));
+    }
+  }
+}
+
+uint64_t key_hash(const keybuf *k) { return tpuc_hash64(k->b, k->len, 0x7475706375ull); }
+
+/* ---- the signature cache ---- */
+fast_entry *entry_new(const keybuf *k, uint64_t hash) {
+  fast_entry *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  e->key = malloc(k->len ? k->len : 1);
+  if (!e->key) {
+    free(e);
+    return NULL;
+  }
+  memcpy(e->key, k->b, k->len);
+  e->key_len = k->len;
+  e->hash = hash;
+  return e;
+}
+
+void entry_free(fast_entry *e) {
+  if (!e) return;
+  tpuc_executable_release(e->exe);
+  free(e->declined);
+  free(e->params);
+  free(e->result_slot);
+  free(e->key);
+  free(e);
+}
+
+void tpuc_fast_cache_clear(tpuc_runtime *rt) {
+  pthread_mutex_lock(&rt->fast_lock);
+  for (size_t i = 0; i < rt->fast_nbuckets; i++) {
+    for (fast_entry *e = rt->fast_buckets[i], *next; e; e = next) {
+      next = e->next;
+      entry_free(e);
+    }
+    rt->fast_buckets[i] = NULL;
+  }
+  rt->fast_count = 0;
+  pthread_mutex_unlock(&rt->fast_lock);
+}
+
+fast_entry *cache_find(tpuc_runtime *rt, uint64_t h, const keybuf *k) {
+  if (!rt->fast_nbuckets) return NULL;
+  for (fast_entry *e = rt->fast_buckets[h % rt->fast_nbuckets]; e; e = e->next)
+    if (e->hash == h && e->key_len == k->len && !memcmp(e->key, k->b, k->len)) return e;
+  return NULL;
+}
+
+fast_entry *cache_insert(tpuc_runtime *rt, fast_entry *e) {
+  fast_entry *raced = NULL;
+  keybuf k = {e->key, e->key_len, e->key_len, false, false};
+  if ((raced = cache_find(rt, e->hash, &k))) return raced;
+  if (rt->fast_count >= rt->fast_nbuckets) {
+    size_t n = rt->fast_nbuckets ? rt->fast_nbuckets * 2 : 256;
+    fast_entry **nb = calloc(n, sizeof *nb);
+    if (nb) {
+      for (size_t i = 0; i < rt->fast_nbuckets; i++)
+        for (fast_entry *x = rt->fast_buckets[i], *next; x; x = next) {
+          next = x->next;
+          x->next = nb[x->hash % n];
+          nb[x->hash % n] = x;
+        }
+      free(rt->fast_buckets);
+      rt->fast_buckets = nb;
+      rt->fast_nbuckets = n;
+    } else if (!rt->fast_nbuckets) {
+      return NULL; /* cannot cache: the caller uses and frees its entry */
+    }
+  }
+  e->next = rt->fast_buckets[e->hash % rt->fast_nbuckets];
+  rt->fast_buckets[e->hash % rt->fast_nbuckets] = e;
+  rt->fast_count++;
+  return e;
+}
+
+/* ---- building ---- */
+static ir_type arg_param_type(const tpuc_arg *a) {
+  if (a->kind == TPUC_ARG_RNG) {
+    int64_t two = 2;
+    return ir_make_type(TPUC_U64, 1, &two);
+  }
+  switch (a->scalar.kind) {
+    case TPUC_SCALAR_BOOL: return ir_make_type(TPUC_PRED, 0, NULL);
+    case TPUC_SCALAR_INT: return ir_make_type(TPUC_S64, 0, NULL);
+    case TPUC_SCALAR_COMPLEX: return ir_make_type(TPUC_C128, 0, NULL);
+    default: return ir_make_type(TPUC_F64, 0, NULL);
+  }
+}
+
+typedef struct {
+  ir_graph *g;
+  const slot_set *s;
+  const bool *read;
+  tv *val;       /* current value of each slot */
+  bool *written; /* the program changed the slot */
+  param_src *params;
+  int nparams, cap;
+} builder;
+
+static tpuc_status *add_param(builder *bd, param_src p, ir_type t, tv *out) {
+  if (bd->nparams == bd->cap) {
+    int cap = bd->cap ? bd->cap * 2 : 32;
+    param_src *np = realloc(bd->params, (size_t)cap * sizeof *np);
+    if (!np) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    bd->params = np;
+    bd->cap = cap;
+  }
+  bd->params[bd->nparams++] = p;
+  *out = ir_param(bd->g, t);
+  return NULL;
+}
+
+/* The current value of slot i: its initial buffer (a parameter) when the
+ * program reads it, else zeros of `as` until the program writes it. */
+static tpuc_status *slot_value(builder *bd, int i, tpuc_dtype as, tv *out) {
+  if (bd->val[i] == IR_NONE) {
+    const tpuc_buffer *b = bd->read[i] ? bd->s->buffer[i] : NULL;
+    if (b) {
+      tpuc_status *st = add_param(bd, (param_src){i, -1, -1},
+                                  ir_make_type(b->dtype, b->ndim, b->dims), &bd->val[i]);
+      if (st) return st;
+    } else {
+      size_t nbytes = bd->s->storage[i]->nbytes, es = tpuc_dtype_size(as);
+      if (nbytes % es)
+        return tpuc_status_make(TPUC_ERR_UNIMPLEMENTED,
+                                "a storage of %zu bytes viewed as %s elements", nbytes,
+                                tpuc_dtype_mlir_name(as));
+      int64_t n = (int64_t)(nbytes / es);
+      bd->val[i] = ir_splat(bd->g, ir_make_type(as, 1, &n), 0);
+    }
+  }
+  *out = bd->val[i];
+  return NULL;
+}
+
+static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *tslot,
+                               const int *oslot, int op_index) {
+  ir_graph *g = bd->g;
+  tpuc_status *st = NULL;
+  int nt = c->ntensors, na = c->nargs, no = c->noutputs;
+  tv *tvals = malloc((size_t)(nt + 1) * sizeof *tvals);
+  tv *svals = malloc((size_t)(na + 1) * sizeof *svals);
+  ir_type *otypes = malloc((size_t)(no + 1) * sizeof *otypes);
+  tv *results = malloc((size_t)(no + 1) * sizeof *results);
+  if (!tvals || !svals || !otypes || !results) {
+    st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < nt && !st; i++) {
+    const tpuc_tensor *t = &c->tensors[i];
+    tv base;
+    if (tpuc_view_numel(t) == 0) {
+      tvals[i] = ir_splat(g, ir_make_type(t->dtype, t->ndim, t->sizes), 0);
+      continue;
+    }
+    st = slot_value(bd, tslot[i], t->dtype, &base);
+    if (!st) st = tpuc_view_read(g, base, t, &tvals[i]);
+  }
+  for (int i = 0; i < na && !st; i++) {
+    svals[i] = IR_NONE;
+    const tpuc_arg *a = &c->args[i];
+    if (a->kind == TPUC_ARG_SCALAR || a->kind == TPUC_ARG_RNG)
+      st = add_param(bd, (param_src){-1, op_index, i}, arg_param_type(a), &svals[i]);
+  }
+  if (st) goto done;
+  for (int i = 0; i < no; i++) {
+    const tpuc_tensor *o = &c->outputs[i];
+    otypes[i] = ir_make_type(o->dtype, o->ndim, o->sizes);
+    results[i] = IR_NONE;
+  }
+  tpuc_lower_ctx cx = {g, c, tvals, svals, otypes, results, no};
+  st = tpuc_op_lowering(c->op)(&cx);
+  if (st) goto done;
+  if (ir_error(g)) {
+    st = tpuc_status_make(TPUC_ERR_INTERNAL, "lowering %s: %s", tpuc_op_name_of(c->op),
+                          ir_error(g));
+    goto done;
+  }
+  for (int i = 0; i < no; i++) {
+    const ir_type *rt = ir_typeof(g, results[i]);
+    const ir_type *want = &otypes[i];
+    bool ok = results[i] != IR_NONE && rt->dtype == want->dtype && rt->ndim == want->ndim;
+    for (int d = 0; ok && d < rt->ndim; d++) ok = rt->dims[d] == want->dims[d];
+    if (!ok) {
+      st = tpuc_status_make(TPUC_ERR_INTERNAL,
+                            "lowering %s: result %d does not have the output's type (%s, rank %d)",
+                            tpuc_op_name_of(c->op), i, tpuc_dtype_mlir_name(want->dtype),
+                            want->ndim);
+      goto done;
+    }
+  }
+  for (int i = 0; i < no && !st; i++) {
+    const tpuc_tensor *o = &c->outputs[i];
+    int sl = oslot[i];
+    if (tpuc_view_numel(o) == 0) continue;
+    if (tpuc_view_covers_storage(o, o->storage->nbytes)) {
+      bd->val[sl] = results[i];
+    } else {
+      tv base;
+      st = slot_value(bd, sl, o->dtype, &base);
+      if (!st) st = tpuc_view_write(g, base, o, results[i], &bd->val[sl]);
+    }
+    bd->written[sl] = true;
+  }
+done:
+  free(tvals);
+  free(svals);
+  free(otypes);
+  free(results);
+  return st;
+}
+
+static void dump(const char *text, size_t len, const char *name, uint64_t hash) {
+  const char *dir = getenv("TPUC_DUMP_DIR");
+  if (!dir || !*dir) return;
+  char path[1024];
+  int n = snprintf(path, sizeof path, "%s/%s-%016llx.mlir", dir, name, (unsigned long long)hash);
+  for (int i = (int)strlen(dir) + 1; i < n && i < (int)sizeof path; i++)
+    if (path[i] == ':') path[i] = '_';
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fwrite(text, 1, len, f);
+    fclose(f);
+  }
+}
+
+tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
+                        int *const *tslots, int *const *oslots, int n, slot_set *s,
+                        const bool *read, const bool *live, bool compile, fast_entry *e,
+                        const char *name) {
+  builder bd;
+  memset(&bd, 0, sizeof bd);
+  bd.s = s;
+  bd.read = read;
+  bd.g = ir_graph_create();
+  bd.val = malloc((size_t)(s->n + 1) * sizeof *bd.val);
+  bd.written = calloc((size_t)s->n + 1, sizeof *bd.written);
+  int *result_slot = malloc((size_t)(s->n + 1) * sizeof *result_slot);
+  tpuc_status *st = NULL;
+  char *text = NULL;
+  if (!bd.g || !bd.val || !bd.written || !result_slot) {
+    st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < s->n; i++) bd.val[i] = IR_NONE;
+  for (int k = 0; k < n && !st; k++) st = build_call(&bd, calls[k], tslots[k], oslots[k], k);
+  int nres = 0;
+  for (int i = 0; !st && i < s->n; i++)
+    if (bd.written[i] && live[i]) {
+      ir_output(bd.g, bd.val[i]);
+      result_slot[nres++] = i;
+    }
+  if (st) goto done;
+  if (nres == 0) { /* nothing kept: a program with a dummy result */
+    ir_output(bd.g, ir_splat(bd.g, ir_make_type(TPUC_PRED, 0, NULL), 0));
+  }
+  if (compile) {
+    size_t len = 0;
+    text = ir_emit(bd.g, "tpuc", &len);
+    if (!text) {
+      st = tpuc_status_make(TPUC_ERR_INTERNAL, "%s: %s", name,
+                            ir_error(bd.g) ? ir_error(bd.g) : "emit failed");
+      goto done;
+    }
+    dump(text, len, name, e->hash);
+    pthread_mutex_lock(&rt->fast_lock);
+    rt->emitted_bytes += (int64_t)len;
+    pthread_mutex_unlock(&rt->fast_lock);
+    st = tpuc_compile(rt, text, len, &e->exe);
+    if (st) {
+      st = tpuc_status_wrap(st, name);
+      goto done;
+    }
+  }
+  free(e->params);
+  free(e->result_slot);
+  e->nparams = bd.nparams;
+  e->params = bd.params;
+  bd.params = NULL;
+  e->nresults = nres;
+  e->result_slot = result_slot;
+  result_slot = NULL;
+done:
+  free(text);
+  free(bd.params);
+  free(bd.val);
+  free(bd.written);
+  free(result_slot);
+  ir_graph_destroy(bd.g);
+  return st;
+}
+
+/* ---- launching ---- */
+static tpuc_status *arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
+                               tpuc_buffer **out) {
+  if (a->kind == TPUC_ARG_RNG) {
+    uint64_t st[2] = {a->rng.seed, a->rng.offset};
+    int64_t two = 2;
+    return tpuc_buffer_from_host(rt, device, TPUC_U64, &two, 1, st, out);
+  }
+  switch (a->scalar.kind) {
+    case TPUC_SCALAR_BOOL: {
+      unsigned char v = a->scalar.i != 0;
+      return tpuc_buffer_from_host(rt, device, TPUC_PRED, NULL, 0, &v, out);
+    }
+    case TPUC_SCALAR_INT:
+      return tpuc_buffer_from_host(rt, device, TPUC_S64, NULL, 0, &a->scalar.i, out);
+    case TPUC_SCALAR_COMPLEX: {
+      double v[2] = {a->scalar.re, a->scalar.im};
+      return tpuc_buffer_from_host(rt, device, TPUC_C128, NULL, 0, v, out);
+    }
+    default:
+      return tpuc_buffer_from_host(rt, device, TPUC_F64, NULL, 0, &a->scalar.re, out);
+  }
+}
+
+tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
+                         const tpuc_op_call *const *calls, bool wait) {
+  int np = e->nparams, nr = e->nresults ? e->nresults : 1;
+  tpuc_buffer **args = calloc((size_t)np + 1, sizeof *args);
+  bool *made = calloc((size_t)np + 1, sizeof *made);
+  tpuc_buffer **outs = calloc((size_t)nr, sizeof *outs);
+  tpuc_status *st = NULL;
+  if (!args || !made || !outs) {
+    st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+    goto done;
+  }
+  for (int i = 0; i < np && !st; i++) {
+    const param_src *p = &e->params[i];
+    if (p->slot >= 0) {
+      args[i] = s->buffer[p->slot];
+    } else {
+      st = arg_buffer(rt, device, &calls[p->op]->args[p->arg], &args[i]);
+      made[i] = !st;
+    }
+  }
+  if (!st) st = tpuc_execute(e->exe, device, args, np, outs, wait);
+  if (!st)
+    for (int i = 0; i < e->nresults; i++) {
+      tpuc_status *bs = tpuc_storage_bind(s->storage[e->result_slot[i]], outs[i]);
+      if (bs && !st) st = bs;
+      else tpuc_status_destroy(bs);
+    }
+  for (int i = 0; outs && i < nr; i++) tpuc_buffer_release(outs[i]);
+done:
+  for (int i = 0; args && i < np; i++)
+    if (made[i]) tpuc_buffer_release(args[i]);
+  free(args);
+  free(made);
+  free(outs);
+  return st;
+}

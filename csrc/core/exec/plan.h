@@ -1,0 +1,84 @@
+/* plan.h — what strict and fused execution share (plan.c): the storages a
+ * program touches, signatures, the signature cache, building a program out
+ * of one or more op calls, and launching it. */
+#ifndef TPUC_PLAN_H
+#define TPUC_PLAN_H
+
+#include "../lower/lower.h"
+#include "exec.h"
+#include "view.h"
+
+/* The storages a program touches, in order of first use, with the buffer
+ * each held when the program was formed (one reference each). */
+typedef struct {
+  tpuc_storage **storage;
+  tpuc_buffer **buffer;
+  int n, cap;
+} slot_set;
+
+int slots_add(slot_set *s, tpuc_storage *st); /* index, or -1 when out of memory */
+void slots_release(slot_set *s);
+
+/* A growable byte string: the signature. */
+typedef struct {
+  unsigned char *b;
+  size_t len, cap;
+  bool heap, oom;
+} keybuf;
+
+void key_put(keybuf *k, const void *p, size_t n);
+void key_free(keybuf *k);
+/* Appends a call: op, tensor geometry with slot numbers, static arguments,
+ * scalar kinds. Fills tslot/oslot (slot of each tensor / output). */
+tpuc_status *key_call(keybuf *k, const tpuc_op_call *c, slot_set *s, int *tslot, int *oslot);
+/* Marks the slots whose initial buffer a sequence of calls reads: the first
+ * access is an input view or a partial write (a full overwrite is not). */
+void slots_read(const tpuc_op_call *c, const int *tslot, const int *oslot, bool *read,
+                bool *seen);
+/* Appends each slot's size, device, whether it is read (and then its buffer
+ * type) and whether it is live (its results are kept). */
+void key_slots(keybuf *k, const slot_set *s, const bool *read, const bool *live);
+
+/* Where a program parameter comes from. */
+typedef struct {
+  int slot; /* >= 0: the slot's initial buffer */
+  int op;   /* else: argument `arg` of call `op` (a scalar or a generator state) */
+  int arg;
+} param_src;
+
+typedef struct tpuc_fast_entry {
+  uint64_t hash;
+  unsigned char *key;
+  size_t key_len;
+  tpuc_executable *exe; /* NULL: not compiled (declined, or only validated) */
+  char *declined;       /* the lowering's refusal, or NULL */
+  int nparams;
+  param_src *params;
+  int nresults;
+  int *result_slot; /* slot each program result is bound to */
+  struct tpuc_fast_entry *next;
+} fast_entry;
+
+fast_entry *entry_new(const keybuf *k, uint64_t hash);
+void entry_free(fast_entry *e);
+uint64_t key_hash(const keybuf *k);
+/* Lookup and insert under rt->fast_lock (the caller holds it). Insert
+ * returns the entry to use (an equal one may have raced in: then the caller
+ * frees its own). */
+fast_entry *cache_find(tpuc_runtime *rt, uint64_t h, const keybuf *k);
+fast_entry *cache_insert(tpuc_runtime *rt, fast_entry *e);
+
+/* Builds one program from calls[0..n-1] over slot set s and fills e's plan
+ * (and, with `compile`, its executable). `live[i]` says whether slot i's
+ * final value is a result. A lowering's refusal is TPUC_ERR_UNIMPLEMENTED. */
+tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
+                        int *const *tslots, int *const *oslots, int n, slot_set *s,
+                        const bool *read, const bool *live, bool compile, fast_entry *e,
+                        const char *name);
+
+/* Runs e with the slots' initial buffers and the calls' scalars, and binds
+ * each result to its storage. */
+tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
+                         const tpuc_op_call *const *calls, bool wait);
+
+#endif
