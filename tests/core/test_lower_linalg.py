@@ -63,3 +63,23 @@ def test_scalar_change_does_not_recompile():
     misses = core().stats().fast_misses
     check(A.addmm.default, c, a, b, beta=0.75, alpha=-3.0)
     assert core().stats().fast_misses == misses
+
+
+def test_registered_names_are_aten_overloads():
+    """Every name in the linalg/shape/index/nn tables is an ATen overload
+    and is found through tpuc_op_find."""
+    import os
+    import re
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "csrc", "core", "lower")
+    names = set()
+    for f in ("linalg.c", "shape.c", "index.c", "nn.c"):
+        with open(os.path.join(root, f)) as fh:
+            names |= set(re.findall(r'\{"(aten::[A-Za-z0-9_.]+)"', fh.read()))
+    assert len(names) > 200
+    registered = set(core().op_names())
+    for n in sorted(names):
+        base, _, overload = n[len("aten::"):].partition(".")
+        packet = getattr(torch.ops.aten, base)
+        assert (overload or "default") in packet.overloads(), n
+        assert n in registered, n
