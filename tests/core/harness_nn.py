@@ -84,7 +84,10 @@ class OpCall(ctypes.Structure):
 
 class OpStats(ctypes.Structure):
     _fields_ = [("op_calls", ctypes.c_int64), ("fast_hits", ctypes.c_int64),
-                ("fast_misses", ctypes.c_int64), ("emitted_bytes", ctypes.c_int64)]
+                ("fast_misses", ctypes.c_int64), ("emitted_bytes", ctypes.c_int64),
+                ("recorded_ops", ctypes.c_int64), ("flushes", ctypes.c_int64),
+                ("chunk_hits", ctypes.c_int64), ("chunk_misses", ctypes.c_int64),
+                ("_spare", ctypes.c_int64 * 16)]  # room for fields added later
 
 
 class Unimplemented(Exception):
