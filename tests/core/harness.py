@@ -93,11 +93,21 @@ class OpCall(ctypes.Structure):
 
 class OpStats(ctypes.Structure):
     _fields_ = [("op_calls", ctypes.c_int64), ("fast_hits", ctypes.c_int64),
-                ("fast_misses", ctypes.c_int64), ("emitted_bytes", ctypes.c_int64)]
+                ("fast_misses", ctypes.c_int64), ("emitted_bytes", ctypes.c_int64),
+                ("recorded_ops", ctypes.c_int64), ("flushes", ctypes.c_int64),
+                ("chunk_hits", ctypes.c_int64), ("chunk_misses", ctypes.c_int64),
+                # room for fields a newer core may add: it writes its whole struct
+                ("_reserved", ctypes.c_int64 * 16)]
 
 
 class _RuntimeOptions(ctypes.Structure):
-    _fields_ = [("plugin_path", ctypes.c_char_p), ("cpu_device_count", ctypes.c_int)]
+    _fields_ = [
+        ("plugin_path", ctypes.c_char_p),
+        ("cpu_device_count", ctypes.c_int),
+        ("cache_dir", ctypes.c_char_p),
+        ("cache_max_bytes", ctypes.c_int64),
+        ("_reserved", ctypes.c_int64 * 16),  # zeros for fields a newer core may add
+    ]
 
 
 class CoreError(RuntimeError):
@@ -174,7 +184,7 @@ class Core:
         lib.tpuc_op_run.restype = sp
         lib.tpuc_op_stats_get.argtypes = [vp, ctypes.POINTER(OpStats)]
         self.lib = lib
-        opts = _RuntimeOptions(_plugin_path().encode(), 1)
+        opts = _RuntimeOptions(_plugin_path().encode(), 1, b"off", 0)  # no disk cache: isolated
         rt = vp()
         self._check(lib.tpuc_runtime_create(ctypes.byref(opts), ctypes.byref(rt)))
         self.rt = rt

@@ -128,6 +128,18 @@ def test_activation_backwards(c):
     c.check("aten::tanh_backward.grad_input", g, torch.tanh(x), grad_input=torch.empty(4, 6))
     c.check("aten::threshold_backward", g, x, 0.5)
     c.check("aten::threshold_backward", g.to(BF16), x.to(BF16), 0)
+    c.check("aten::leaky_relu_backward", g, x, 0.2, False)
+    c.check("aten::hardtanh_backward", g, x, -1.0, 1.5)
+    c.check("aten::hardtanh_backward.grad_input", g, x, -1, 1, grad_input=torch.empty(4, 6))
+    c.check("aten::elu_backward", g, 1.5, 1.1, 0.7, False, x)
+    c.check("aten::elu_backward", g, 1.5, 1.1, 0.7, True, torch.nn.functional.elu(x, 1.5) * 1.1)
+    c.check("aten::softplus_backward", g, x * 10, 2.0, 15.0)
+    c.check("aten::hardsigmoid_backward", g, x)
+    c.check("aten::hardswish_backward", g, x)
+    c.check("aten::hardswish_backward", g.to(BF16), x.to(BF16))
+    c.check("aten::threshold", x, 0.5, -2.0)
+    c.check("aten::threshold_", x.clone(), 0.0, 0.0)
+    c.check("aten::threshold", rnd(5, dtype=I64, lo=-5, hi=5), 1, 9)
 
 
 # ---- binary ops ----

@@ -64,7 +64,9 @@ tv ew_reduce_init(ir_graph *g, tpuc_dtype d, ir_reducer r);
   X(ew_hardswish) X(ew_mish) X(ew_silu) X(ew_round_decimals) X(ew_nan_to_num)                 \
   X(ew_leaky_relu) X(ew_hardtanh) X(ew_elu) X(ew_softplus) X(ew_gelu) X(ew_gelu_backward)      \
   X(ew_silu_backward) X(ew_sigmoid_backward) X(ew_tanh_backward) X(ew_threshold_backward)      \
-  X(ew_clamp) X(ew_clamp_min) X(ew_clamp_max)
+  X(ew_clamp) X(ew_clamp_min) X(ew_clamp_max) X(ew_threshold) X(ew_leaky_relu_backward)      \
+  X(ew_hardtanh_backward) X(ew_elu_backward) X(ew_softplus_backward)                           \
+  X(ew_hardsigmoid_backward) X(ew_hardswish_backward)
 
 #define EW_DECLARE(fn) tpuc_status *fn(tpuc_lower_ctx *cx);
 EW_UNARY_FNS(EW_DECLARE)

@@ -300,6 +300,62 @@ tpuc_status *ew_tanh_backward(tpuc_lower_ctx *cx) { /* (grad, output) */
   return ew_finish(cx, MUL(gr, SUB(K(1), MUL(x, x))));
 }
 
+tpuc_status *ew_leaky_relu_backward(tpuc_lower_ctx *cx) { /* (grad, self, slope, is_result) */
+  GRAD_ARGS
+  return ew_finish(cx, SEL(CMP(IR_GT, x, K(0)), gr, MUL(gr, scalar_like(cx, 2, x, 0.01))));
+}
+
+tpuc_status *ew_hardtanh_backward(tpuc_lower_ctx *cx) { /* (grad, self, min_val, max_val) */
+  GRAD_ARGS
+  tv outside = ir_binary(g, IR_OR, CMP(IR_LE, x, scalar_like(cx, 2, x, -1.0)),
+                         CMP(IR_GE, x, scalar_like(cx, 3, x, 1.0)));
+  return ew_finish(cx, SEL(outside, K(0), gr));
+}
+
+/* (grad, alpha, scale, input_scale, is_result, self_or_result) */
+tpuc_status *ew_elu_backward(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type t = grad_type(cx);
+  if (!ir_is_float(t.dtype)) return lx_unimplemented(cx, "dtype");
+  tv gr = ew_operand(cx, 0, t), x = ew_operand(cx, 5, t);
+  tv scale = scalar_like(cx, 2, x, 1.0), in_scale = scalar_like(cx, 3, x, 1.0);
+  tv negcoef = MUL(scalar_like(cx, 1, x, 1.0), scale);
+  tv neg = lx_bool(cx, 4, false) ? MUL(MUL(gr, in_scale), ADD(x, negcoef))
+                                 : MUL(MUL(MUL(gr, in_scale), negcoef), U(IR_EXP, MUL(x, in_scale)));
+  return ew_finish(cx, SEL(CMP(IR_LE, x, K(0)), neg, MUL(gr, scale)));
+}
+
+tpuc_status *ew_softplus_backward(tpuc_lower_ctx *cx) { /* (grad, self, beta, threshold) */
+  GRAD_ARGS
+  tv xb = MUL(x, scalar_like(cx, 2, x, 1.0));
+  tv z = U(IR_EXP, xb);
+  tv soft = DIV(MUL(gr, z), ADD(z, K(1)));
+  return ew_finish(cx, SEL(CMP(IR_GT, xb, scalar_like(cx, 3, x, 20.0)), gr, soft));
+}
+
+tpuc_status *ew_hardsigmoid_backward(tpuc_lower_ctx *cx) { /* (grad, self) */
+  GRAD_ARGS
+  tv inside = ir_binary(g, IR_AND, CMP(IR_GT, x, K(-3)), CMP(IR_LT, x, K(3)));
+  return ew_finish(cx, SEL(inside, DIV(gr, K(6)), K(0)));
+}
+
+tpuc_status *ew_hardswish_backward(tpuc_lower_ctx *cx) { /* (grad, self) */
+  GRAD_ARGS
+  tv mid = MUL(gr, ADD(DIV(x, K(3)), K(0.5)));
+  tv r = SEL(CMP(IR_LE, x, K(3)), mid, gr);
+  return ew_finish(cx, SEL(CMP(IR_LT, x, K(-3)), K(0), r));
+}
+
+tpuc_status *ew_threshold(tpuc_lower_ctx *cx) { /* (self, threshold, value) */
+  ir_graph *g = cx->g;
+  int idx[1] = {0};
+  tpuc_dtype d = ew_result_type(cx, idx, 1);
+  if (d == EW_UNDEFINED || ir_is_complex(d)) return lx_unimplemented(cx, "dtype");
+  ir_type t = ew_out_as(cx, lx_compute_dtype(d));
+  tv x = ew_operand(cx, 0, t);
+  return ew_finish(cx, SEL(CMP(IR_LE, x, ew_operand(cx, 1, t)), ew_operand(cx, 2, t), x));
+}
+
 tpuc_status *ew_threshold_backward(tpuc_lower_ctx *cx) { /* (grad, self, threshold) */
   ir_graph *g = cx->g;
   int idx[2] = {0, 1};
