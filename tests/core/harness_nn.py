@@ -228,10 +228,12 @@ def op_name(op) -> str:
     return s.name + ("." + s.overload_name if s.overload_name else "")
 
 
-def run(op, *args, rng: RNG | None = None, **kwargs):
+def run(op, *args, rng: RNG | None = None, out_like=None, **kwargs):
     """Runs `op` (a torch.ops.aten overload) through tpuc_op_run on CPU
     tensors' copies; returns (outputs on the device as CPU tensors, the same
-    computed by PyTorch on the CPU)."""
+    computed by PyTorch on the CPU). With out_like (a list of tensors giving
+    the results' shapes and dtypes) PyTorch does not run the op: for ops
+    without a CPU kernel; the second list is then out_like."""
     c = core()
     schema = op._schema
     name = op_name(op)
@@ -259,7 +261,7 @@ def run(op, *args, rng: RNG | None = None, **kwargs):
     pos = [a.name for a in schema.arguments if not a.kwarg_only]
     call_args = [v for a, v in zip(schema.arguments, ref_args) if not a.kwarg_only]
     call_kwargs = {a.name: v for a, v in zip(schema.arguments, ref_args) if a.kwarg_only}
-    ref = op(*call_args, **call_kwargs)
+    ref = op(*call_args, **call_kwargs) if out_like is None else tuple(out_like)
     del pos
 
     storages: dict[int, _Storage] = {}

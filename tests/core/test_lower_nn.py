@@ -138,6 +138,8 @@ def test_convolution(case):
     g = r(*y.shape)
     check(A.convolution_backward.default, g, x, w, [ws[0]], s, p, d, False, [0] * nsp, groups,
           [True, True, True], rtol=1e-4, atol=1e-4)
+    check(A.convolution_backward.default, g, x, w, None, s, p, d, False, [0] * nsp, groups,
+          [False, True, False], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", [
@@ -151,6 +153,21 @@ def test_transposed_convolution(case):
                     atol=1e-4)
     check(A.convolution_backward.default, r(*y.shape), x, w, [ws[1] * groups], s, p, d, True, op,
           groups, [True, True, True], rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_overrideable():
+    """The extension points ATen's convolution reaches for an out-of-tree device."""
+    x, w, b = r(2, 4, 9, 8), r(6, 2, 3, 2), r(6)
+    args = ([2, 1], [0, 1], [1, 2], False, [0, 0], 2)
+    y = torch.nn.functional.conv2d(x, w, b, *args[:3], groups=2)
+    (z,), _ = run(A.convolution_overrideable.default, x, w, b, *args, out_like=[y])
+    torch.testing.assert_close(z, y)
+    g = r(*y.shape)
+    ref = A.convolution_backward.default(g, x, w, [6], *args, [True, True, True])
+    (gi, gw, gb), _ = run(A.convolution_backward_overrideable.default, g, x, w, *args,
+                          [True, True, True], out_like=list(ref))
+    for a_, b_ in zip((gi, gw, gb), ref):
+        torch.testing.assert_close(a_, b_, rtol=1e-4, atol=1e-4)
 
 
 def test_conv_bf16():

@@ -32,6 +32,7 @@ tpuc_status *nn_group_norm_backward(tpuc_lower_ctx *cx);
 /* nn_conv.c */
 tpuc_status *nn_convolution(tpuc_lower_ctx *cx);
 tpuc_status *nn_convolution_backward(tpuc_lower_ctx *cx);
+tpuc_status *nn_convolution_backward_overrideable(tpuc_lower_ctx *cx);
 tpuc_status *nn_max_pool2d(tpuc_lower_ctx *cx);
 tpuc_status *nn_max_pool2d_backward(tpuc_lower_ctx *cx);
 tpuc_status *nn_avg_pool2d(tpuc_lower_ctx *cx);

@@ -84,8 +84,8 @@ static tv conv_wgrad(ir_graph *g, tv x, tv dy, const int64_t *k, const conv_para
   return ir_transpose(g, r, perm4);
 }
 
-/* convolution(input, weight, bias?, stride, padding, dilation, transposed,
- * output_padding, groups). */
+/* convolution / convolution_overrideable (input, weight, bias?, stride,
+ * padding, dilation, transposed, output_padding, groups). */
 tpuc_status *nn_convolution(tpuc_lower_ctx *cx) {
   ir_graph *g = cx->g;
   ir_type ot = lx_out(cx, 0);
@@ -99,21 +99,24 @@ tpuc_status *nn_convolution(tpuc_lower_ctx *cx) {
   x = as_2d(g, ir_convert(g, x, d));
   w = as_2d(g, ir_convert(g, w, d));
   tv y = p.transposed ? conv_tr(g, x, w, &p, cd) : conv_fwd(g, x, w, &p, cd);
-  if (!lx_is_none(cx, 2)) y = ir_binary(g, IR_ADD, y, nn_chan(g, ir_convert(g, lx_tensor(cx, 2), cd), ir_type_of(g, y)));
+  if (!lx_is_none(cx, 2)) {
+    tv b = ir_convert(g, lx_tensor(cx, 2), cd);
+    y = ir_binary(g, IR_ADD, y, nn_chan(g, b, ir_type_of(g, y)));
+  }
   cx->results[0] = lo_fit(g, y, ot);
   return NULL;
 }
 
-/* convolution_backward(grad_output, input, weight, bias_sizes?, stride,
- * padding, dilation, transposed, output_padding, groups, output_mask). */
-tpuc_status *nn_convolution_backward(tpuc_lower_ctx *cx) {
+/* The convolution backward: stride at argument a (then padding, dilation,
+ * transposed, output_padding, groups), output_mask at a + 6. */
+static tpuc_status *conv_backward(tpuc_lower_ctx *cx, int a) {
   ir_graph *g = cx->g;
   tv dy = lx_tensor(cx, 0), x = lx_tensor(cx, 1), w = lx_tensor(cx, 2);
   int r = lo_rank(g, x);
   if ((r != 3 && r != 4) || lo_rank(g, w) != r || lo_rank(g, dy) != r)
     return lx_unimplemented(cx, "only 1-D and 2-D batched convolutions");
   conv_params p;
-  conv_read(cx, 4, r - 2, &p);
+  conv_read(cx, a, r - 2, &p);
   tpuc_dtype d = ir_type_of(g, x).dtype, cd = lx_compute_dtype(d);
   dy = as_2d(g, ir_convert(g, dy, d));
   x = as_2d(g, x);
@@ -121,7 +124,7 @@ tpuc_status *nn_convolution_backward(tpuc_lower_ctx *cx) {
   ir_type xt = ir_type_of(g, x), wt = ir_type_of(g, w), yt = ir_type_of(g, dy);
   int64_t k[2] = {wt.dims[2], wt.dims[3]};
   tv vals[3] = {IR_NONE, IR_NONE, IR_NONE};
-  if (nn_mask(cx, 10, 0)) {
+  if (nn_mask(cx, a + 6, 0)) {
     if (p.transposed) {
       conv_params q = p;
       vals[0] = conv_fwd(g, dy, w, &q, cd);
@@ -133,10 +136,19 @@ tpuc_status *nn_convolution_backward(tpuc_lower_ctx *cx) {
       vals[0] = conv_tr(g, dy, w, &q, cd);
     }
   }
-  if (nn_mask(cx, 10, 1))
+  if (nn_mask(cx, a + 6, 1))
     vals[1] = p.transposed ? conv_wgrad(g, dy, x, k, &p, cd) : conv_wgrad(g, x, dy, k, &p, cd);
-  if (nn_mask(cx, 10, 2)) vals[2] = lo_sum_except(g, ir_convert(g, dy, cd), 1);
-  return nn_set_masked(cx, 10, vals);
+  if (nn_mask(cx, a + 6, 2)) vals[2] = lo_sum_except(g, ir_convert(g, dy, cd), 1);
+  return nn_set_masked(cx, a + 6, vals);
+}
+
+/* convolution_backward(grad_output, input, weight, bias_sizes?, stride,
+ * padding, dilation, transposed, output_padding, groups, output_mask). */
+tpuc_status *nn_convolution_backward(tpuc_lower_ctx *cx) { return conv_backward(cx, 4); }
+
+/* convolution_backward_overrideable: the same without bias_sizes. */
+tpuc_status *nn_convolution_backward_overrideable(tpuc_lower_ctx *cx) {
+  return conv_backward(cx, 3);
 }
 
 /* ---- pooling ---- */
