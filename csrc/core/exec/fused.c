@@ -55,7 +55,8 @@ static tpuc_status *ensure_pending(tpuc_runtime *rt) {
 }
 
 bool tpuc_fused_recording(tpuc_runtime *rt) {
-  return atomic_load(&rt->mode) == TPUC_MODE_FUSED;
+  int m = atomic_load(&rt->mode);
+  return m == TPUC_MODE_FUSED || m == TPUC_MODE_GRAPH;
 }
 
 tpuc_mode tpuc_get_mode(tpuc_runtime *rt) { return (tpuc_mode)atomic_load(&rt->mode); }
@@ -225,10 +226,12 @@ tpuc_status *tpuc_fused_flush_for(tpuc_storage *s) {
 }
 
 tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode) {
-  if ((unsigned)mode > TPUC_MODE_FUSED)
+  if ((unsigned)mode > TPUC_MODE_GRAPH)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "unknown execution mode %d", (int)mode);
   int old = atomic_exchange(&rt->mode, (int)mode);
-  if (old == TPUC_MODE_FUSED && mode != TPUC_MODE_FUSED) return tpuc_flush(rt, -1);
+  bool was = old == TPUC_MODE_FUSED || old == TPUC_MODE_GRAPH;
+  /* leaving a recording mode, or entering GRAPH: what is pending runs now */
+  if ((was && old != (int)mode) || mode == TPUC_MODE_GRAPH) return tpuc_flush(rt, -1);
   return NULL;
 }
 
@@ -251,7 +254,10 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
   if ((st = ensure_pending(rt))) return st;
   pending *pd = pending_of(rt, c->device);
   pthread_mutex_lock(&pd->lock);
-  if (pd->n > 0 && pd->anchored && sig == pd->anchor &&
+  bool graph = atomic_load(&rt->mode) == TPUC_MODE_GRAPH;
+  if (graph) {
+    pd->anchored = false; /* only tpuc_flush cuts a graph */
+  } else if (pd->n > 0 && pd->anchored && sig == pd->anchor &&
       (pd->period == 0 || pd->n == pd->period)) {
     pd->period = pd->n; /* a loop boundary */
     st = flush_locked(rt, c->device, pd);
@@ -265,7 +271,7 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
     pthread_mutex_unlock(&pd->lock);
     return st;
   }
-  if (pd->n == 0 && !pd->anchored) {
+  if (pd->n == 0 && !pd->anchored && !graph) {
     pd->anchored = true;
     pd->anchor = sig;
     pd->period = 0;

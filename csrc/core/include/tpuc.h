@@ -314,7 +314,14 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *call, bool wait);
  *   began the last chunk recurs after as many ops as that chunk had), so a
  *   steady training loop maps onto the same few cached programs. Results
  *   of storages freed meanwhile are never materialised. */
-typedef enum { TPUC_MODE_STRICT = 0, TPUC_MODE_DEBUG = 1, TPUC_MODE_FUSED = 2 } tpuc_mode;
+/* - GRAPH: recorded like FUSED but cut only by tpuc_flush (a compiled
+ *   graph runs as exactly one program). */
+typedef enum {
+  TPUC_MODE_STRICT = 0,
+  TPUC_MODE_DEBUG = 1,
+  TPUC_MODE_FUSED = 2,
+  TPUC_MODE_GRAPH = 3
+} tpuc_mode;
 
 /* Switching away from FUSED flushes what is pending. */
 tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode);
