@@ -1,0 +1,147 @@
+// module.cpp — the Python module tpuc._C: what python/tpuc needs from the
+// glue and the core (devices, synchronization, memory and op statistics,
+// generators, modes). Plain values cross the boundary; the Python side
+// builds torch objects.
+#include "tpuc_torch.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Generator.h>
+
+#include <string>
+
+namespace py = pybind11;
+using namespace tpuc_torch;
+
+namespace {
+
+py::dict memory_stats(int device) {
+  tpuc_memory_stats m{};
+  check(tpuc_memory_stats_get(runtime(), device, &m), "memory statistics");
+  py::dict d;
+  d["bytes_in_use"] = m.bytes_in_use;
+  d["peak_bytes_in_use"] = m.peak_bytes_in_use;
+  d["num_buffers"] = m.num_buffers;
+  d["num_allocs"] = m.num_allocs;
+  return d;
+}
+
+py::dict runtime_stats() {
+  py::dict d;
+  tpuc_runtime* rt = runtime_or_null();
+  tpuc_runtime_stats rs{};
+  tpuc_op_stats os{};
+  if (rt) {
+    tpuc_runtime_stats_get(rt, &rs);
+    tpuc_op_stats_get(rt, &os);
+  }
+  d["executions"] = rs.executions;
+  d["compiles"] = rs.compiles;
+  d["cache_hits"] = rs.cache_hits;
+  d["cache_misses"] = rs.cache_misses;
+  d["compile_seconds"] = rs.compile_seconds;
+  d["cached_executables"] = rs.cached_executables;
+  d["op_calls"] = os.op_calls;
+  d["fast_hits"] = os.fast_hits;
+  d["fast_misses"] = os.fast_misses;
+  d["emitted_bytes"] = os.emitted_bytes;
+  return d;
+}
+
+py::dict runtime_info() {
+  tpuc_runtime_info info{};
+  tpuc_runtime_info_get(runtime(), &info);
+  py::dict d;
+  d["plugin_path"] = info.plugin_path ? info.plugin_path : "";
+  d["platform_name"] = info.platform_name ? info.platform_name : "";
+  d["platform_version"] = info.platform_version ? info.platform_version : "";
+  d["pjrt_api_version"] = std::to_string(info.pjrt_api_major) + "." + std::to_string(info.pjrt_api_minor);
+  d["device_count"] = info.device_count;
+  return d;
+}
+
+py::dict device_info(int device) {
+  check_device(static_cast<c10::DeviceIndex>(device));
+  tpuc_device_info info{};
+  check(tpuc_device_info_get(runtime(), device, &info), "device information");
+  py::dict d;
+  d["id"] = info.id;
+  d["local_index"] = info.local_index;
+  d["kind"] = info.kind ? info.kind : "";
+  d["description"] = info.description ? info.description : "";
+  return d;
+}
+
+at::Generator generator(int device) {
+  return default_generator(static_cast<c10::DeviceIndex>(device));
+}
+
+// c10::Error -> the Python exception torch itself would raise.
+void translate(const c10::Error& e, PyObject* type) { PyErr_SetString(type, e.what_without_backtrace()); }
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "tpuc's PyTorch glue (device \"tpu\")";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const c10::OutOfMemoryError& e) {
+      translate(e, PyExc_RuntimeError);
+    } catch (const c10::ValueError& e) {
+      translate(e, PyExc_ValueError);
+    } catch (const c10::NotImplementedError& e) {
+      translate(e, PyExc_NotImplementedError);
+    } catch (const c10::Error& e) {
+      translate(e, PyExc_RuntimeError);
+    }
+  });
+
+  m.def("_set_plugin", &set_plugin, py::arg("path"), py::arg("discovery_error"));
+  m.def("_runtime_error", &runtime_error, py::call_guard<py::gil_scoped_release>(),
+        "Why the device is unavailable ('' when it is available); creates the runtime.");
+  m.def("_is_initialized", &runtime_started);
+  m.def("_device_count", &device_count, py::call_guard<py::gil_scoped_release>());
+  m.def("_current_device", [] { return static_cast<int>(current_device()); });
+  m.def("_set_device", [](int index) {
+    check_device(static_cast<c10::DeviceIndex>(index));
+    set_current_device(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("_synchronize", &synchronize, py::arg("device") = -1,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_memory_stats", &memory_stats);
+  m.def("_reset_peak_memory_stats", [](int device) {
+    check(tpuc_memory_reset_peak(runtime(), device), "resetting peak memory statistics");
+  });
+  m.def("_runtime_stats", &runtime_stats);
+  m.def("_fallback_counts", &fallback_counts);
+  m.def("_reset_fallback_counts", &reset_fallback_counts);
+  m.def("_runtime_info", &runtime_info);
+  m.def("_device_info", &device_info);
+  m.def("_op_names", [] {
+    std::vector<std::string> names;
+    tpuc_runtime* rt = runtime();
+    for (int i = 0, n = tpuc_op_count(rt); i < n; ++i) names.emplace_back(tpuc_op_name(rt, i));
+    return names;
+  });
+  m.def("_launch_blocking", &launch_blocking);
+  m.def("_set_launch_blocking", &set_launch_blocking);
+  m.def("_native_enabled", &native_enabled);
+  m.def("_set_native_enabled", &set_native_enabled);
+
+  m.def("_default_generator", [](int device) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(generator(device)));
+  });
+  m.def("_manual_seed_all", &manual_seed_all);
+  m.def("_get_rng_state", [](int device) {
+    at::Generator g = generator(device);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    return std::make_pair(g.current_seed(), g.get_offset());
+  });
+  m.def("_set_rng_state", [](int device, uint64_t seed, uint64_t offset) {
+    at::Generator g = generator(device);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_current_seed(seed);
+    g.set_offset(offset);
+  });
+}
