@@ -1,4 +1,63 @@
-"""tpuc: PyTorch on TPUs (and any PJRT plugin) with a native core in C."""
+"""tpuc: PyTorch on TPUs (and any PJRT plugin) with a native core in C.
+
+``import torch`` loads tpuc through the ``torch.backends`` entry point
+(``_autoload``); ``import tpuc`` does the same. Either way the device "tpu"
+exists afterwards: ``torch.randn(4, 4, device="tpu")``, ``torch.tpu``.
+Neither import ever fails because of tpuc: problems become a warning and
+``torch.tpu.is_available()`` says False.
+"""
 from __future__ import annotations
 
+import warnings
+
 __version__ = "0.1.0"
+
+_registered = False
+
+
+def _register() -> None:
+    """Registers the device "tpu" with PyTorch (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    import torch
+
+    from . import _C, _plugin
+
+    try:
+        _C._set_plugin(_plugin.find_plugin().path, "")
+    except _plugin.PluginNotFoundError as e:
+        _C._set_plugin("", str(e))
+
+    if torch._C._get_privateuse1_backend_name() != "tpu":
+        torch.utils.rename_privateuse1_backend("tpu")
+    if not hasattr(torch, "tpu"):
+        from . import device
+
+        torch._register_device_module("tpu", device)
+    if not hasattr(torch.Tensor, "is_tpu"):
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
+    _registered = True
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group, called by ``import torch``."""
+    try:
+        _register()
+    except Exception as e:  # never break `import torch`
+        warnings.warn(
+            f"tpuc: the device 'tpu' could not be registered ({type(e).__name__}: {e}); "
+            "reinstall tpuc against this torch (pip install --no-build-isolation .)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+try:  # `import tpuc` registers too, when torch is installed
+    import torch as _torch  # noqa: F401
+except ImportError:
+    pass
+else:
+    _autoload()

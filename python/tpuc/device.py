@@ -1,0 +1,307 @@
+"""``torch.tpu``: the device module of "tpu", shaped like ``torch.cuda``.
+
+Devices, synchronization, memory statistics, random number generators and
+tpuc's own counters (``stats()``). Everything here is thin: the work is done
+by the C++ glue (``tpuc._C``) and the C core.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Union
+
+import torch
+
+from . import _C
+
+_DeviceLike = Union[torch.device, str, int, None]
+
+__all__ = [
+    "is_available", "is_initialized", "device_count", "current_device", "set_device", "device",
+    "synchronize", "get_device_name", "get_device_properties", "get_device_capability",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_stats", "reset_peak_memory_stats", "empty_cache",
+    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+    "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+    "default_generators", "get_amp_supported_dtype", "stats", "reset_stats",
+    "launch_blocking", "set_launch_blocking", "unavailable_reason",
+]
+
+_in_bad_fork = False
+
+
+def _after_fork_in_child() -> None:
+    global _in_bad_fork
+    _in_bad_fork = _C._is_initialized()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---- devices --------------------------------------------------------------------------
+
+
+def is_available() -> bool:
+    """True when a PJRT plugin is loaded and has at least one device."""
+    return device_count() > 0
+
+
+def unavailable_reason() -> str:
+    """Why "tpu" is unavailable ('' when it is available)."""
+    return _C._runtime_error()
+
+
+def is_initialized() -> bool:
+    return _C._is_initialized()
+
+
+def _is_in_bad_fork() -> bool:
+    """True in a child forked after the runtime started (it cannot be used there)."""
+    return _in_bad_fork
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {device}")
+        return current_device() if device.index is None else device.index
+    raise TypeError(f"expected a device, an index or None, got {type(device).__name__}")
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    """Sets this thread's current tpu device (RuntimeError when out of range)."""
+    _C._set_device(_get_device_index(device))
+
+
+class device:
+    """Context manager that makes ``device`` current for its body."""
+
+    def __init__(self, device: _DeviceLike):
+        self.idx = -1 if device is None else _get_device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            if self.prev_idx != self.idx:
+                set_device(self.idx)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.idx >= 0 and self.prev_idx != self.idx:
+            set_device(self.prev_idx)
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Waits until every launched op on the device has finished; raises its error."""
+    _C._synchronize(_get_device_index(device))
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    name: str
+    platform: str
+    platform_version: str
+    kind: str
+    description: str
+    id: int
+    index: int
+    total_memory: int = 0  # unknown through PJRT's C API
+
+    def __repr__(self) -> str:
+        return f"DeviceProperties(name={self.name!r}, platform={self.platform!r}, id={self.id})"
+
+
+def get_device_properties(device: _DeviceLike = None) -> DeviceProperties:
+    idx = _get_device_index(device)
+    rt = _C._runtime_info()
+    d = _C._device_info(idx)
+    return DeviceProperties(
+        name=_device_name(rt["platform_name"], d["kind"]),
+        platform=rt["platform_name"],
+        platform_version=rt["platform_version"],
+        kind=d["kind"],
+        description=d["description"],
+        id=d["id"],
+        index=idx,
+    )
+
+
+def _device_name(platform: str, kind: str) -> str:
+    if platform.lower() == "cpu":
+        return f"XLA CPU ({kind})" if kind and kind.lower() != "cpu" else "XLA CPU"
+    return kind or platform
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    """The device's name as the plugin reports it ("TPU v5 lite"; "XLA CPU" here)."""
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _DeviceLike = None) -> tuple[int, int]:
+    return (0, 0)
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+
+def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
+    m = _C._memory_stats(_get_device_index(device))
+    return {
+        "allocated_bytes.all.current": m["bytes_in_use"],
+        "allocated_bytes.all.peak": m["peak_bytes_in_use"],
+        "active_bytes.all.current": m["bytes_in_use"],
+        "active_bytes.all.peak": m["peak_bytes_in_use"],
+        "reserved_bytes.all.current": m["bytes_in_use"],
+        "reserved_bytes.all.peak": m["peak_bytes_in_use"],
+        "allocation.all.current": m["num_buffers"],
+        "allocation.all.allocated": m["num_allocs"],
+        "num_alloc_retries": 0,
+        "num_ooms": 0,
+    }
+
+
+def memory_allocated(device: _DeviceLike = None) -> int:
+    """Bytes of device buffers alive now (tpuc's own accounting)."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    return memory_allocated(device)  # tpuc caches no memory
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    return max_memory_allocated(device)
+
+
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    _C._reset_peak_memory_stats(_get_device_index(device))
+
+
+def empty_cache() -> None:
+    """Nothing to do: buffers are freed when their storages die."""
+
+
+# ---- random numbers -------------------------------------------------------------------
+# A tpu generator is a (seed, offset) pair; its state is 16 bytes: seed and
+# offset as little-endian uint64 (the layout DTensor's RNG tracker reads).
+
+
+class _DefaultGenerators:
+    """``torch.tpu.default_generators[i]``: the torch.Generator of device i."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, torch.Generator] = {}
+
+    def __getitem__(self, i: int) -> torch.Generator:
+        if i < 0 or i >= device_count():
+            raise IndexError(f"tpu device index {i} out of range ({device_count()} devices)")
+        if i not in self._cache:
+            self._cache[i] = _C._default_generator(i)
+        return self._cache[i]
+
+    def __len__(self) -> int:
+        return device_count()
+
+    def __iter__(self) -> Iterable[torch.Generator]:
+        return (self[i] for i in range(len(self)))
+
+
+default_generators = _DefaultGenerators()
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's generator (lazily: no device is started)."""
+    seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+    if not _C._is_initialized():
+        _C._manual_seed_all(seed)
+        return
+    _C._set_rng_state(current_device(), seed, 0)
+
+
+def manual_seed_all(seed: int) -> None:
+    _C._manual_seed_all(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def seed() -> None:
+    manual_seed(int.from_bytes(os.urandom(8), "little"))
+
+
+def seed_all() -> None:
+    manual_seed_all(int.from_bytes(os.urandom(8), "little"))
+
+
+def initial_seed() -> int:
+    return _C._get_rng_state(current_device())[0]
+
+
+def get_rng_state(device: _DeviceLike = "tpu") -> torch.Tensor:
+    s, off = _C._get_rng_state(_get_device_index(device))
+    return torch.frombuffer(bytearray(struct.pack("<QQ", s, off)), dtype=torch.uint8)
+
+
+def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "tpu") -> None:
+    data = bytes(new_state.detach().to("cpu", torch.uint8).contiguous().numpy().tobytes())
+    if len(data) != 16:
+        raise ValueError(f"a tpu RNG state is 16 bytes (seed, offset), got {len(data)}")
+    s, off = struct.unpack("<QQ", data)
+    _C._set_rng_state(_get_device_index(device), s, off)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+# ---- autocast, modes and statistics -------------------------------------------------------
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+def launch_blocking() -> bool:
+    """Debug mode: every op waits for the device and raises its error at the op."""
+    return _C._launch_blocking()
+
+
+def set_launch_blocking(on: bool) -> None:
+    _C._set_launch_blocking(bool(on))
+
+
+def stats() -> dict[str, Any]:
+    """tpuc's counters: executions, compiles, cache hits/misses, compile seconds,
+    the op engine's signature cache (fast_hits/fast_misses) and ``fallbacks``:
+    op name -> number of times it ran on the CPU instead of the device."""
+    out: dict[str, Any] = dict(_C._runtime_stats())
+    out["fallbacks"] = dict(_C._fallback_counts())
+    return out
+
+
+def reset_stats() -> None:
+    """Forgets the fallback counts (the core's counters are cumulative)."""
+    _C._reset_fallback_counts()
+
