@@ -1,0 +1,193 @@
+"""Views share their base's storage on "tpu" exactly as on the CPU: reading
+through every kind of view, writing through views (in-place ops, setitem,
+out=), resize_ and set_."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from tpu_testing import assert_same, native, quiet_fallback_warnings  # noqa: F401
+
+
+def base() -> torch.Tensor:
+    return torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+
+
+VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "view": lambda t: t.view(6, 4),
+    "view_flat": lambda t: t.view(-1),
+    "view_dtype": lambda t: t.view(torch.int32),
+    "reshape_noncontig": lambda t: t.transpose(0, 2).reshape(4, 6),
+    "as_strided": lambda t: t.as_strided((3, 3), (5, 2), 1),
+    "transpose": lambda t: t.transpose(0, 2),
+    "t": lambda t: t[0].t(),
+    "permute": lambda t: t.permute(2, 0, 1),
+    "expand": lambda t: t[:, :1, :].expand(2, 5, 4),
+    "select": lambda t: t.select(1, 2),
+    "index_int": lambda t: t[1, 2],
+    "slice": lambda t: t[:, 1:3],
+    "slice_step": lambda t: t[..., ::3],
+    "narrow": lambda t: t.narrow(2, 1, 2),
+    "unsqueeze": lambda t: t.unsqueeze(1),
+    "squeeze": lambda t: t[:, :1].squeeze(1),
+    "unfold": lambda t: t.unfold(2, 2, 1),
+    "diagonal": lambda t: t.diagonal(0, 1, 2),
+    "split": lambda t: t.split(2, dim=2)[1],
+    "chunk": lambda t: t.chunk(3, dim=1)[2],
+    "unbind": lambda t: t.unbind(0)[1],
+    "movedim": lambda t: t.movedim(0, -1),
+    "flatten": lambda t: t.flatten(1),
+    "view_as_real": lambda t: torch.view_as_real(torch.view_as_complex(t.view(2, 3, 2, 2))),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_view_reads(name: str, native: bool) -> None:
+    make = VIEWS[name]
+    a = base()
+    x = a.to("tpu")
+    v = make(x)
+    r = make(a)
+    assert v.shape == r.shape and v.stride() == r.stride()
+    assert v.storage_offset() == r.storage_offset()
+    if not name.startswith("reshape"):
+        assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert_same(v, r)
+    assert_same(v + 0 if v.dtype.is_floating_point else v.clone(), r + 0 if r.dtype.is_floating_point else r.clone())
+
+
+@pytest.mark.parametrize("name", [n for n in VIEWS if n not in ("expand", "unfold", "reshape_noncontig", "view_dtype")])
+def test_inplace_through_view_changes_base(name: str, native: bool) -> None:
+    make = VIEWS[name]
+    a = base()
+    x = a.to("tpu")
+    make(x).mul_(2).add_(1)
+    make(a).mul_(2).add_(1)
+    assert_same(x, a)
+
+
+def test_brief_examples(native: bool) -> None:
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    x = a.to("tpu")
+    x[:, 0].mul_(2)
+    a[:, 0].mul_(2)
+    assert_same(x, a)
+    x.view(-1)[3] = 7
+    a.view(-1)[3] = 7
+    assert_same(x, a)
+    x.t().add_(1)
+    a.t().add_(1)
+    assert_same(x, a)
+
+
+def test_setitem_forms(native: bool) -> None:
+    a = torch.zeros(4, 5)
+    x = a.to("tpu")
+    for key, value in [((1,), 3.0), ((slice(None), 2), 4.0), ((slice(1, 3), slice(0, 5, 2)), -1.0),
+                       ((Ellipsis, 4), torch.tensor(9.0))]:
+        x[key] = value.to("tpu") if isinstance(value, torch.Tensor) else value
+        a[key] = value
+    assert_same(x, a)
+    x[2] = torch.arange(5.0, device="tpu")
+    a[2] = torch.arange(5.0)
+    assert_same(x, a)
+
+
+def test_views_of_views_and_base_changes(native: bool) -> None:
+    a = base()
+    x = a.to("tpu")
+    v = x.transpose(0, 2)[1:3]
+    x.add_(100)  # a change of the base is seen through the view
+    assert_same(v, (a + 100).transpose(0, 2)[1:3])
+    v.zero_()
+    a = a + 100
+    a.transpose(0, 2)[1:3].zero_()
+    assert_same(x, a)
+
+
+@pytest.mark.parametrize("where", ["whole", "slice", "strided"])
+def test_out_variants(where: str, native: bool) -> None:
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    b = torch.ones(3, 4)
+    x, y = a.to("tpu"), b.to("tpu")
+    if where == "whole":
+        out, ref = torch.empty(3, 4, device="tpu"), torch.empty(3, 4)
+        o, r = out, ref
+    elif where == "slice":
+        out, ref = torch.zeros(5, 4, device="tpu"), torch.zeros(5, 4)
+        o, r = out[1:4], ref[1:4]
+    else:
+        out, ref = torch.zeros(3, 8, device="tpu"), torch.zeros(3, 8)
+        o, r = out[:, ::2], ref[:, ::2]
+    res = torch.add(x, y, alpha=2, out=o)
+    torch.add(a, b, alpha=2, out=r)
+    assert res is o
+    assert_same(out, ref)
+    torch.mul(x, 3, out=o)
+    torch.mul(a, 3, out=r)
+    assert_same(out, ref)
+
+
+def test_out_resizes_empty_output(native: bool) -> None:
+    a = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    x = a.to("tpu")
+    out = torch.empty(0, device="tpu")
+    torch.add(x, 1, out=out)
+    assert out.shape == (2, 3)
+    assert_same(out, a + 1)
+    out2 = torch.empty(0, device="tpu", dtype=torch.int64)
+    torch.sum(x.long(), dim=1, out=out2)
+    assert_same(out2, a.long().sum(1))
+
+
+def test_resize_(native: bool) -> None:
+    a = torch.arange(6, dtype=torch.float32)
+    x = a.to("tpu")
+    x.resize_(2, 3)
+    assert x.shape == (2, 3) and x.is_contiguous()
+    assert_same(x, a.view(2, 3))
+    x.resize_(4, 4)  # grows the storage, keeps the first bytes
+    assert x.untyped_storage().nbytes() >= 16 * 4
+    assert torch.equal(x.cpu().view(-1)[:6], a)
+    x.resize_(3)
+    assert_same(x, a[:3])
+    x.resize_(0)
+    assert x.numel() == 0
+    y = torch.empty(0, device="tpu")
+    y.resize_(2, 3, 4, 5, memory_format=torch.channels_last)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    s = x.untyped_storage()
+    s.resize_(8)
+    assert s.nbytes() == 8
+
+
+def test_set_(native: bool) -> None:
+    a = torch.arange(12, dtype=torch.float32)
+    x = a.to("tpu")
+    y = torch.empty(0, device="tpu")
+    y.set_(x.untyped_storage(), 2, (2, 3), (3, 1))
+    assert_same(y, a.as_strided((2, 3), (3, 1), 2))
+    assert y.is_set_to(y) and y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    y.mul_(10)  # writes into x's storage
+    ref = a.clone()
+    ref.as_strided((2, 3), (3, 1), 2).mul_(10)
+    assert_same(x, ref)
+    z = torch.empty(0, device="tpu").set_(x)
+    assert z.shape == x.shape and z.is_set_to(x)
+    w = torch.empty(0, device="tpu").set_(x.untyped_storage())
+    assert w.shape == (12,)
+    z.set_()
+    assert z.numel() == 0
+    with pytest.raises(RuntimeError):
+        y.set_(a.untyped_storage())  # a CPU storage under a tpu tensor
+
+
+def test_split_and_cat_round_trip(native: bool) -> None:
+    a = torch.arange(20, dtype=torch.float32).reshape(4, 5)
+    x = a.to("tpu")
+    parts = x.split([1, 3, 1], dim=1)
+    assert [p.shape for p in parts] == [p.shape for p in a.split([1, 3, 1], dim=1)]
+    assert_same(torch.cat(parts, dim=1), a)
+    assert_same(torch.stack(x.unbind(0), dim=1), torch.stack(a.unbind(0), dim=1))
