@@ -221,3 +221,13 @@ def test_sdpa_flash_cpu(causal):
     mask[:, 0] = True
     check(A._scaled_dot_product_flash_attention_for_cpu.default, q, k, v, 0.0, causal,
           attn_mask=torch.zeros(5, 7).masked_fill(~mask, float("-inf")), scale=0.3)
+
+
+def test_empty_batches():
+    x = r(0, 3, 4, 4)
+    check(A.avg_pool2d.default, x, [2, 2])
+    check(A.max_pool2d_with_indices.default, x, [2, 2])
+    check(A._adaptive_avg_pool2d.default, x, [2, 2])
+    check(A._softmax.default, r(0, 3), 1, False)
+    check(A.nll_loss_forward.default, r(0, 5), torch.zeros(0, dtype=torch.long), None, 1, -100)
+    check(A.convolution.default, x, r(4, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)

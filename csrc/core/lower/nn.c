@@ -30,6 +30,11 @@ tpuc_status *nn_set_masked(tpuc_lower_ctx *cx, int mask_arg, const tv *vals) {
   return NULL;
 }
 
+tpuc_status *nn_zeros(tpuc_lower_ctx *cx) {
+  for (int i = 0; i < cx->noutputs; i++) cx->results[i] = ir_splat(cx->g, lx_out(cx, i), 0.0);
+  return NULL;
+}
+
 tv nn_chan(ir_graph *g, tv v, ir_type t) {
   int64_t one = 1;
   t.dtype = lo_dtype(g, v);

@@ -14,6 +14,9 @@ tpuc_status *nn_set_masked(tpuc_lower_ctx *cx, int mask_arg, const tv *vals);
 /* Whether output i of a bool[3] output_mask at `mask_arg` is asked for. */
 bool nn_mask(const tpuc_lower_ctx *cx, int mask_arg, int i);
 
+/* Sets every result to zeros of its type (empty tensors); returns NULL. */
+tpuc_status *nn_zeros(tpuc_lower_ctx *cx);
+
 /* Per-channel vector v ([C]) broadcast along dim 1 of type t. */
 tv nn_chan(ir_graph *g, tv v, ir_type t);
 

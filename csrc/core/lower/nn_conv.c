@@ -185,6 +185,7 @@ tpuc_status *nn_max_pool2d(tpuc_lower_ctx *cx) {
   tv x = as_4d(g, lx_tensor(cx, 0));
   ir_type xt = ir_type_of(g, x);
   if (xt.ndim != 4) return lx_unimplemented(cx, "max_pool2d input rank");
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) return nn_zeros(cx);
   pool_params p;
   pool_read(cx, 1, true, &p);
   int64_t o[2] = {ot.dims[ot.ndim - 2], ot.dims[ot.ndim - 1]};
@@ -302,6 +303,7 @@ tpuc_status *nn_avg_pool2d(tpuc_lower_ctx *cx) {
   tv x = as_4d(g, lx_tensor(cx, 0));
   ir_type xt = ir_type_of(g, x);
   if (xt.ndim != 4) return lx_unimplemented(cx, "avg_pool2d input rank");
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) return nn_zeros(cx);
   pool_params p;
   pool_read(cx, 1, false, &p);
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
@@ -333,6 +335,7 @@ tpuc_status *nn_avg_pool2d_backward(tpuc_lower_ctx *cx) {
   tv x = as_4d(g, lx_tensor(cx, 1));
   ir_type xt = ir_type_of(g, x);
   if (xt.ndim != 4) return lx_unimplemented(cx, "avg_pool2d input rank");
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) return nn_zeros(cx);
   pool_params p;
   pool_read(cx, 2, false, &p);
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
@@ -392,7 +395,8 @@ tpuc_status *nn_adaptive_avg_pool2d(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tv x = as_4d(g, lx_tensor(cx, 0));
   ir_type xt = ir_type_of(g, x);
-  if (xt.ndim != 4 || ir_numel(&xt) == 0) return lx_unimplemented(cx, "adaptive pool input");
+  if (xt.ndim != 4) return lx_unimplemented(cx, "adaptive pool input");
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) return nn_zeros(cx);
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
   int64_t o0 = ot.dims[ot.ndim - 2], o1 = ot.dims[ot.ndim - 1];
   tv s0, s1;
@@ -412,7 +416,8 @@ tpuc_status *nn_adaptive_avg_pool2d_backward(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tv x = as_4d(g, lx_tensor(cx, 1));
   ir_type xt = ir_type_of(g, x);
-  if (xt.ndim != 4 || ir_numel(&xt) == 0) return lx_unimplemented(cx, "adaptive pool input");
+  if (xt.ndim != 4) return lx_unimplemented(cx, "adaptive pool input");
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) return nn_zeros(cx);
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
   tv gy = as_4d(g, ir_convert(g, lx_tensor(cx, 0), cd));
   ir_type yt = ir_type_of(g, gy);
