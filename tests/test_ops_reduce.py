@@ -1,0 +1,76 @@
+"""Reductions and scans on the device "tpu" against PyTorch on the CPU,
+through the real PyTorch device: dims, keepdim, dtype=, NaN propagation,
+max/min with indices, gradients — and every op runs natively (no new entry
+in torch.tpu.stats()["fallbacks"])."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tpuc  # noqa: F401  (registers "tpu")
+from test_ops_elementwise import _fallbacks, _new_fallbacks, r, same
+
+DEV = "tpu"
+BF16, I64 = torch.bfloat16, torch.int64
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+def test_sum_mean_prod(dtype):
+    x = r(3, 4, 5, dtype=dtype, lo=0.5, hi=1.5)
+    same(lambda x: (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.sum(-1, dtype=torch.float64)), x)
+    same(lambda x: (x.mean(), x.mean(1), x.mean((0, 1), keepdim=True)), x)
+    same(lambda x: (x.prod(1), x[0].prod()), x, tol=dict(rtol=0.05, atol=1e-3) if dtype == BF16 else None)
+    same(lambda x: (x.t().sum(0) if x.dim() == 2 else x.transpose(0, 2).sum(0)), x)
+
+
+def test_integer_and_bool_reductions():
+    i, b = r(4, 5, dtype=I64, lo=-5, hi=5), r(4, 5) > 0
+    same(lambda i, b: (i.sum(), i.sum(0), b.sum(1), i.prod(1), i.amax(0), i.min(), b.any(), b.all(1)), i, b)
+    same(lambda i: (i.cumsum(1), i.max(1), i.argmin(0), torch.count_nonzero(i, 1)), i)
+
+
+def test_max_min_arg():
+    x = r(4, 6)
+    x[1, 2] = float("nan")
+    same(lambda x: (x.max(), x.min(), x.amax(1), x.amin((0, 1))), x)
+    same(lambda x: (*x.max(1), *x.min(0, keepdim=True)), x)
+    same(lambda x: (x.argmax(), x.argmin(1), x.argmax(0, keepdim=True)), x)
+    y = r(5, 3)
+    same(lambda y: (*torch.max(y, 1), torch.argmax(y.to(BF16), 0)), y)
+
+
+def test_var_std_norm():
+    x = r(4, 5, 6, lo=-3, hi=5)
+    same(lambda x: (x.var(), x.var(1), x.std((0, 2), keepdim=True), x.var(1, correction=0)), x)
+    same(lambda x: (*torch.var_mean(x, 1), *torch.std_mean(x, (0, 1), correction=2)), x)
+    same(lambda x: (x.norm(), x.norm(1), x.norm(float("inf"), dim=1), x.norm(3, dim=(0, 2))), x)
+    same(lambda x: (torch.linalg.vector_norm(x), torch.linalg.vector_norm(x, 0.5, dim=-1)), x)
+    same(lambda x: torch.linalg.vector_norm(x.to(BF16), dim=1), x)
+
+
+def test_logical_logsumexp_scans():
+    x = r(3, 4, 5, lo=-1, hi=1)
+    same(lambda x: ((x > 0).all(), (x > 0).any(1), x.round().bool().all((0, 2))), x)
+    same(lambda x: (torch.logsumexp(x * 30, 1), torch.logsumexp(x, (0, 2), keepdim=True)), x)
+    same(lambda x: (x.cumsum(2), x.cumprod(0), x.to(BF16).cumsum(1)), x)
+    same(lambda x: (torch.count_nonzero(x.round()), torch.count_nonzero(x.round(), (0, 1))), x)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.sum(1), lambda x: x.mean(), lambda x: x.var(0),
+                                lambda x: x.norm(dim=1), lambda x: x.amax(1),
+                                lambda x: torch.logsumexp(x, 1), lambda x: x.cumsum(1),
+                                lambda x: x.prod(1), lambda x: x.max(1).values])
+def test_reduction_gradients(fn):
+    x = r(3, 5, lo=0.5, hi=2)
+    g_out = torch.randn_like(fn(x))
+    xc, xd = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    before = _fallbacks()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fn(xd).backward(g_out.to(DEV))
+        fell = _new_fallbacks(before)
+    fn(xc).backward(g_out)
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    assert fell == [], f"fell back to the CPU: {fell}"
