@@ -131,6 +131,7 @@ std::optional<c10::DeviceIndex> device_of_storage_ptr(const void* p) {
 
 void synchronize(int device) {
   if (!runtime_started()) return;  // nothing ever ran
+  check(tpuc_flush(runtime(), device), "synchronize");  // ops recorded in fused mode run now
   std::vector<tpuc_buffer*> buffers;
   {
     auto& r = registry();

@@ -16,6 +16,10 @@ using namespace tpuc_torch;
 namespace {
 
 py::dict memory_stats(int device) {
+  check_device(static_cast<c10::DeviceIndex>(device));
+  // Ops recorded in fused mode have not made their buffers yet: run them, so
+  // the numbers describe the program as written.
+  check(tpuc_flush(runtime(), device), "memory statistics");
   tpuc_memory_stats m{};
   check(tpuc_memory_stats_get(runtime(), device, &m), "memory statistics");
   py::dict d;
@@ -45,6 +49,10 @@ py::dict runtime_stats() {
   d["fast_hits"] = os.fast_hits;
   d["fast_misses"] = os.fast_misses;
   d["emitted_bytes"] = os.emitted_bytes;
+  d["recorded_ops"] = os.recorded_ops;
+  d["flushes"] = os.flushes;
+  d["chunk_hits"] = os.chunk_hits;
+  d["chunk_misses"] = os.chunk_misses;
   return d;
 }
 
@@ -126,6 +134,14 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_launch_blocking", &launch_blocking);
   m.def("_set_launch_blocking", &set_launch_blocking);
+  m.def("_get_mode", [] { return static_cast<int>(tpuc_get_mode(runtime())); });
+  m.def("_set_mode", [](int mode) {
+        TORCH_CHECK_VALUE(mode >= TPUC_MODE_STRICT && mode <= TPUC_MODE_GRAPH,
+                          "tpuc: unknown execution mode ", mode);
+        check(tpuc_set_mode(runtime(), static_cast<tpuc_mode>(mode)), "setting the mode");
+      }, py::call_guard<py::gil_scoped_release>());
+  m.def("_flush", [](int device) { check(tpuc_flush(runtime(), device), "flush"); },
+        py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
   m.def("_native_enabled", &native_enabled);
   m.def("_set_native_enabled", &set_native_enabled);
 

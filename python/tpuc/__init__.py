@@ -20,8 +20,11 @@ def _register() -> None:
     global _registered
     if _registered:
         return
+    import os
+
     import torch
 
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines off (docs/environment.md)
     from . import _C, _plugin
 
     try:
