@@ -30,7 +30,7 @@ def test_training_matches_cpu(kind: str, mode: str) -> None:
     assert len(rep["tpu_losses"]) == 20
     assert rep["max_rel_loss_diff"] < 1e-4, (rep["cpu_losses"], rep["tpu_losses"])
     assert rep["max_rel_param_diff"] < 1e-3
-    assert rep["tpu_losses"][-1] < rep["tpu_losses"][0]  # it learns
+    assert sum(rep["tpu_losses"][-4:]) < 0.9 * sum(rep["tpu_losses"][:4])  # it learns
     assert rep["fallbacks"] == {}, rep["fallbacks"]
     compiles = rep["compiles_per_step"]
     assert all(c == compiles[1] for c in compiles[2:]), compiles

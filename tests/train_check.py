@@ -32,15 +32,16 @@ def make_transformer() -> nn.Module:
 
 
 def data(kind: str, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`steps` batches cycling over 4 fixed ones, so that the loss must fall."""
     g = torch.Generator().manual_seed(1234)
     out = []
-    for _ in range(steps):
+    for _ in range(4):
         if kind == "mlp":
             out.append((torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)))
         else:
             out.append((torch.randint(0, 64, (4, 16), generator=g),
                         torch.randint(0, 64, (4, 16), generator=g)))
-    return out
+    return [out[i % 4] for i in range(steps)]
 
 
 def train(kind: str, device: str, steps: int) -> dict:

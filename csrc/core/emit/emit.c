@@ -118,7 +118,7 @@ static void put_float_bits(sb *b, tpuc_dtype d, double v) {
 static void put_splat_value(sb *b, tpuc_dtype d, double v) {
   if (d == TPUC_PRED) sb_printf(b, "%s", v != 0 ? "true" : "false");
   else if (ir_is_float(d)) put_float_bits(b, d, v);
-  else if (ir_is_complex(d)) sb_printf(b, "(%.17g, 0.0)", v);
+  else if (ir_is_complex(d)) sb_printf(b, "(%.17e, 0.0)", v); /* always a float literal */
   else if (ir_is_unsigned(d)) sb_printf(b, "%llu", (unsigned long long)(v < 0 ? 0 : v));
   else sb_printf(b, "%lld", (long long)v);
 }

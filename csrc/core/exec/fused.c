@@ -65,6 +65,7 @@ tpuc_mode tpuc_get_mode(tpuc_runtime *rt) { return (tpuc_mode)atomic_load(&rt->m
 static void rec_free(rec *r) {
   for (int i = 0; i < r->call.ntensors + r->call.noutputs; i++) {
     tpuc_storage *s = r->tensors[i].storage;
+    if (!s) continue;
     atomic_fetch_sub(&s->pending, 1);
     tpuc_storage_release(s);
   }
@@ -111,6 +112,7 @@ static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
   if (c->ntensors) memcpy(r->tensors, c->tensors, (size_t)c->ntensors * sizeof *r->tensors);
   memcpy(r->tensors + c->ntensors, c->outputs, (size_t)c->noutputs * sizeof *r->tensors);
   for (int i = 0; i < nt; i++) {
+    if (!r->tensors[i].storage) continue;
     tpuc_storage_retain(r->tensors[i].storage);
     atomic_fetch_add(&r->tensors[i].storage->pending, 1);
   }

@@ -83,8 +83,12 @@ tpuc_status *key_call(keybuf *k, const tpuc_op_call *c, slot_set *s, int *tslot,
   key_i64(k, c->noutputs);
   for (int i = 0; i < c->ntensors + c->noutputs; i++) {
     const tpuc_tensor *t = i < c->ntensors ? &c->tensors[i] : &c->outputs[i - c->ntensors];
-    if (!t->storage)
-      return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tensor %d has no storage", i);
+    if (!t->storage) { /* an absent tensor: None in Tensor?[], an output not asked for */
+      if (i < c->ntensors) tslot[i] = -1;
+      else oslot[i - c->ntensors] = -1;
+      key_i64(k, -1);
+      continue;
+    }
     if (t->ndim < 0 || t->ndim > TPUC_MAX_DIMS || (unsigned)t->dtype >= TPUC_DTYPE_COUNT)
       return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tensor %d: bad rank or dtype", i);
     if (t->storage->device != c->device)
@@ -125,6 +129,7 @@ void slots_read(const tpuc_op_call *c, const int *tslot, const int *oslot, bool 
                 bool *seen) {
   for (int i = 0; i < c->ntensors; i++) {
     int sl = tslot[i];
+    if (sl < 0) continue;
     if (!seen[sl] && tpuc_view_numel(&c->tensors[i]) > 0) {
       read[sl] = true;
       seen[sl] = true;
@@ -133,7 +138,7 @@ void slots_read(const tpuc_op_call *c, const int *tslot, const int *oslot, bool 
   for (int i = 0; i < c->noutputs; i++) {
     const tpuc_tensor *o = &c->outputs[i];
     int sl = oslot[i];
-    if (seen[sl] || tpuc_view_numel(o) == 0) continue;
+    if (sl < 0 || seen[sl] || tpuc_view_numel(o) == 0) continue;
     read[sl] = !tpuc_view_covers_storage(o, o->storage->nbytes);
     seen[sl] = true;
   }
@@ -303,6 +308,10 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
   for (int i = 0; i < nt && !st; i++) {
     const tpuc_tensor *t = &c->tensors[i];
     tv base;
+    if (tslot[i] < 0) {
+      tvals[i] = IR_NONE;
+      continue;
+    }
     if (tpuc_view_numel(t) == 0) {
       tvals[i] = ir_splat(g, ir_make_type(t->dtype, t->ndim, t->sizes), 0);
       continue;
@@ -331,6 +340,7 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
     goto done;
   }
   for (int i = 0; i < no; i++) {
+    if (oslot[i] < 0) continue; /* not asked for: whatever the lowering did */
     const ir_type *rt = ir_typeof(g, results[i]);
     const ir_type *want = &otypes[i];
     bool ok = results[i] != IR_NONE && rt->dtype == want->dtype && rt->ndim == want->ndim;
@@ -346,7 +356,7 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
   for (int i = 0; i < no && !st; i++) {
     const tpuc_tensor *o = &c->outputs[i];
     int sl = oslot[i];
-    if (tpuc_view_numel(o) == 0) continue;
+    if (sl < 0 || tpuc_view_numel(o) == 0) continue;
     if (tpuc_view_covers_storage(o, o->storage->nbytes)) {
       bd->val[sl] = results[i];
     } else {
