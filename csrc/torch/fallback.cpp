@@ -79,8 +79,10 @@ struct OpInfo {
   std::string name;               // "aten::add.Tensor"
   const tpuc_op* native = nullptr;
   bool cpu_only = false;          // never try the native path
-  bool has_meta = false;          // a Meta kernel is registered
   bool accepts_cpu_tensors = false;  // indexing takes CPU indices, as on CUDA
+  std::vector<bool> mutates;         // per argument: the op writes it
+  std::vector<int> unmarked_writes;  // written although the schema does not say (a!)
+  bool writes(size_t j) const { return j < mutates.size() && mutates[j]; }
   std::vector<Kind> kinds;        // per schema argument
   int generator_arg = -1;
   bool appends_rng = false;       // draws from the default generator without a Generator arg
@@ -119,13 +121,20 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
     if (ret.alias_info() && !ret.alias_info()->isWrite()) returns_ok = false;  // a view
   }
   info->appends_rng = info->generator_arg < 0 && op.hasTag(at::Tag::nondeterministic_seeded);
-  info->has_meta = op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
   static const char* const kCpuIndexOps[] = {
       "aten::index.Tensor", "aten::index.Tensor_out", "aten::_unsafe_index.Tensor",
       "aten::index_put", "aten::index_put_", "aten::index_put.out", "aten::_index_put_impl_",
       "aten::_index_put_impl", "aten::_index_put_impl.out", "aten::_unsafe_index_put"};
   for (const char* n : kCpuIndexOps) info->accepts_cpu_tensors |= info->name == n;
-  info->cpu_only = !returns_ok || !info->has_meta;
+  for (const auto& a : schema.arguments())
+    info->mutates.push_back(a.alias_info() && a.alias_info()->isWrite());
+  // native_batch_norm updates running_mean and running_var in training, but
+  // its schema does not mark them mutable.
+  if (info->name == "aten::native_batch_norm" || info->name == "aten::native_batch_norm.out") {
+    info->unmarked_writes = {3, 4};
+    info->mutates[3] = info->mutates[4] = true;
+  }
+  info->cpu_only = !returns_ok;
   if (!info->cpu_only) {
     if (tpuc_runtime* rt = runtime_or_null()) info->native = tpuc_op_find(rt, info->name.c_str());
   }
@@ -213,7 +222,20 @@ void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
       g = c10::IValue(at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, offset)));
     }
   }
+  // Arguments written although the schema does not say so: hand the CPU
+  // kernel host copies (cpu_fallback keeps CPU tensors as they are) and copy
+  // them back after.
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;
+  for (int j : info.unmarked_writes) {
+    c10::IValue& v = (*stack)[begin + j];
+    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_privateuseone()) continue;
+    at::Tensor dev = v.toTensor();
+    at::Tensor host = dev.cpu();
+    written.emplace_back(dev, host);
+    v = host;
+  }
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  for (auto& [dev, host] : written) dev.copy_(host);
   if (tpu_gen.defined()) {
     const size_t nret = op.schema().returns().size();
     int64_t draws = max_numel(*stack, stack->size() - nret, stack->size());
@@ -300,7 +322,10 @@ bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Met
   ms.stack.reserve(nargs);
   for (size_t i = 0; i < nargs; ++i) ms.stack.push_back(meta_ivalue(stack[begin + i], ms));
   try {
-    op.callBoxedForDispatchKey(c10::DispatchKey::Meta, ms.stack);
+    // The dispatch table's Meta entry: a Meta kernel, or a composite kernel
+    // that computes on Meta tensors (convolution); "no kernel" raises
+    // NotImplementedError.
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &ms.stack);
   } catch (const c10::NotImplementedError&) {
     return false;
   } catch (const c10::Error&) {
@@ -464,10 +489,13 @@ int aliased_argument(const c10::FunctionSchema& schema, const c10::AliasInfo& al
   return -1;
 }
 
+// An output of the call. An undefined result (a gradient output_mask did not
+// ask for) is no output at all: the lowering reads the mask.
 void add_output(const at::Tensor& t, NativeCall& call) {
+  if (!t.defined()) return;
   tpuc_tensor d{};
-  if (t.defined() && !describe(t, &d)) throw NotNative{};
-  call.outputs.push_back(d);  // an absent optional output: storage NULL
+  if (!describe(t, &d)) throw NotNative{};
+  call.outputs.push_back(d);
 }
 
 // Runs the op natively; false (stack untouched) when it must go to the CPU.
@@ -530,14 +558,20 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
         }
       }
     }
-    if (rets.empty()) {  // ops like _foreach_add_ mutate their arguments and return nothing
-      for (size_t j = 0; j < nargs; ++j) {
-        if (!args[j].alias_info() || !args[j].alias_info()->isWrite()) continue;
-        const c10::IValue& v = (*stack)[begin + j];
-        if (v.isTensor()) add_output(v.toTensor(), call);
-        if (v.isTensorList())
-          for (const at::Tensor& t : v.toTensorVector()) add_output(t, call);
+    // Then the arguments the op writes without returning them (_foreach_*_,
+    // _fused_adamw_, native_batch_norm's running stats), in argument order.
+    std::vector<bool> returned(nargs, false);
+    for (const auto& r : rets)
+      if (r.alias_info() && r.alias_info()->isWrite()) {
+        int j = aliased_argument(schema, *r.alias_info());
+        if (j >= 0) returned[j] = true;
       }
+    for (size_t j = 0; j < nargs; ++j) {
+      if (returned[j] || !info.writes(j)) continue;
+      const c10::IValue& v = (*stack)[begin + j];
+      if (v.isTensor()) add_output(v.toTensor(), call);
+      if (v.isTensorList())
+        for (const at::Tensor& t : v.toTensorVector()) add_output(t, call);
     }
 
     // 3. The arguments, in schema order (+ the default generator for random
@@ -675,4 +709,9 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_sdp_choice", TORCH_FN(tpuc_torch::fused_sdp_choice));
+  // CompositeExplicitAutograd ops that would otherwise decompose into
+  // convolution_overrideable (whose default kernel throws): the boxed kernel
+  // runs them by their own name (the core lowers both; the CPU has kernels).
+  for (const char* name : {"convolution", "convolution_backward"})
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());
 }
