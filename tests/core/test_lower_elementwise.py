@@ -360,3 +360,68 @@ def test_every_listed_overload_is_registered(c):
                  "aten::bitwise_xor.Scalar_Tensor_out", "aten::masked_fill_.Tensor",
                  "aten::where.self_out", "aten::fill_.Tensor", "aten::zero_"):
         assert name in names
+
+
+# ---- less common ops (elementwise_special.c) ----
+def test_special_unary(c):
+    x = rnd(4, 5, lo=0.2, hi=4)
+    for op in ("lgamma", "digamma", "sinc", "deg2rad", "rad2deg"):
+        c.check(f"aten::{op}", x)
+        c.check(f"aten::{op}", (x - 2).to(BF16))
+    c.check("aten::lgamma_", x.clone())
+    c.check("aten::sinc", torch.tensor([0.0, 1.0, -0.5, 2.5]))
+    c.check("aten::deg2rad", rnd(4, dtype=I64, lo=-180, hi=180))
+    c.check("aten::signbit", SPECIAL.clone())
+    c.check("aten::signbit", rnd(5, dtype=I64, lo=-2, hi=2))
+    p = rnd(3, 4, lo=0.01, hi=0.99)
+    c.check("aten::logit", p)
+    c.check("aten::logit", torch.tensor([0.0, 1e-8, 0.5, 1.0]), 1e-3)
+    c.check("aten::logit_", p.clone(), 0.2)
+    g = rnd(3, 4, seed=1)
+    c.check("aten::logit_backward", g, torch.tensor([-0.1, 0.0, 0.3, 1.2]).expand(3, 4))
+    c.check("aten::logit_backward", g, p, 0.1)
+
+
+def test_special_activations(c):
+    x = torch.cat([rnd(20, lo=-3, hi=3), SPECIAL])
+    g = torch.randn(x.shape)
+    c.check("aten::celu", x, 1.5)
+    c.check("aten::celu_", x.clone())
+    c.check("aten::softshrink", x, 0.7)
+    c.check("aten::hardshrink", x, 0.7)
+    c.check("aten::softshrink_backward", g, x, 0.7)
+    c.check("aten::hardshrink_backward", g, x, 0.5)
+    y = rnd(4, 5, lo=-30, hi=30)
+    c.check("aten::log_sigmoid_forward", y)
+    c.check("aten::log_sigmoid_forward", y.to(BF16))
+    out, buf = torch.ops.aten.log_sigmoid_forward(y)
+    c.check("aten::log_sigmoid_backward", rnd(4, 5, seed=2), y, buf)
+
+
+def test_special_binary(c):
+    a, b = SPECIAL.clone(), SPECIAL.flip(0).clone()
+    c.check("aten::fmax", a, b)
+    c.check("aten::fmin", a, b)
+    c.check("aten::fmax", rnd(3, 4, dtype=I64), rnd(4, dtype=I64, seed=1))
+    c.check("aten::heaviside", torch.tensor([-1.5, 0.0, 2.0, 0.0]), torch.tensor([0.5, 0.25, 7.0, 1.0]))
+    c.check("aten::heaviside", rnd(3, 4, dtype=I64, lo=-1, hi=1), torch.tensor([5]))
+    c.check("aten::logaddexp2", rnd(3, 4, lo=-10, hi=10), rnd(4, lo=-10, hi=10, seed=1))
+    c.check("aten::logaddexp2", torch.tensor([-float("inf"), float("inf")]),
+            torch.tensor([-float("inf"), float("inf")]))
+    c.check("aten::ldexp.Tensor", rnd(3, 4), rnd(4, dtype=I64, lo=-3, hi=3))
+    c.check("aten::rsub.Tensor", rnd(3, 4), rnd(4, seed=1), alpha=2)
+    c.check("aten::rsub.Scalar", rnd(3, 4, dtype=I64), 5)
+
+
+@pytest.mark.parametrize("dtype", [I64, I32, U8, torch.int8])
+def test_shifts(c, dtype):
+    hi = 255 if dtype == U8 else 100
+    a = rnd(3, 8, dtype=dtype, lo=0 if dtype == U8 else -100, hi=hi)
+    bits = torch.iinfo(dtype).bits
+    s = torch.tensor([0, 1, 3, bits - 1, bits, bits + 5, 2, 7]).to(dtype)
+    c.check("aten::bitwise_left_shift.Tensor", a, s)
+    c.check("aten::bitwise_right_shift.Tensor", a, s)
+    c.check("aten::__lshift__.Scalar", a, 2)
+    c.check("aten::__rshift__.Scalar", a, 1)
+    c.check("aten::bitwise_left_shift.Scalar_Tensor", 3, s)
+    c.check("aten::__irshift__.Tensor", a.clone(), s)

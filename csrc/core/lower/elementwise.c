@@ -144,7 +144,7 @@ tv ew_isnan(ir_graph *g, tv x) {
   return ir_compare(g, IR_NE, x, x);
 }
 
-static tv isinf_v(ir_graph *g, tv x) {
+tv ew_isinf(ir_graph *g, tv x) {
   if (!ir_is_float(ir_type_of(g, x).dtype)) return splat_pred(g, x, false);
   return ir_compare(g, IR_EQ, ir_unary(g, IR_ABS, x), ew_splat(g, x, INFINITY));
 }
@@ -249,34 +249,23 @@ tv ew_reduce_init(ir_graph *g, tpuc_dtype d, ir_reducer r) {
 
 /* ---- drivers ---- */
 
-typedef tv (*build2)(ir_graph *g, tv a, tv b);
-
-enum {
-  B_FLOAT = 1,   /* integer operands compute in floating point (true division) */
-  B_EXACT = 2,   /* compute in the promoted dtype itself, even float16/bfloat16 */
-  B_REAL = 4,    /* complex operands are unsupported */
-  B_INTEGER = 8, /* only bool and integer operands */
-};
-
-static const char *arg_string(const tpuc_lower_ctx *cx, int i) {
+const char *ew_arg_string(const tpuc_lower_ctx *cx, int i) {
   const tpuc_arg *a = lx_arg(cx, i);
   return a && a->kind == TPUC_ARG_STRING ? a->s : NULL;
 }
 
-/* The dtype op(args...) computes in, or EW_UNDEFINED when unsupported. */
-static tpuc_dtype compute_dtype(const tpuc_lower_ctx *cx, const int *idx, int n, unsigned flags) {
+tpuc_dtype ew_compute_dtype(const tpuc_lower_ctx *cx, const int *idx, int n, unsigned flags) {
   tpuc_dtype d = ew_result_type(cx, idx, n);
   if (d == EW_UNDEFINED) return d;
-  if ((flags & B_REAL) && ir_is_complex(d)) return EW_UNDEFINED;
-  if ((flags & B_INTEGER) && !ir_is_int(d) && d != TPUC_PRED) return EW_UNDEFINED;
-  if ((flags & B_FLOAT) && !ir_is_float(d) && !ir_is_complex(d)) d = ew_float_of(cx, d);
-  return (flags & B_EXACT) ? d : lx_compute_dtype(d);
+  if (!(flags & EW_COMPLEX) && ir_is_complex(d)) return EW_UNDEFINED;
+  if ((flags & EW_INTEGER) && !ir_is_int(d) && d != TPUC_PRED) return EW_UNDEFINED;
+  if ((flags & EW_FLOAT) && !ir_is_float(d) && !ir_is_complex(d)) d = ew_float_of(cx, d);
+  return (flags & EW_EXACT) ? d : lx_compute_dtype(d);
 }
 
-/* fn(arg a, arg b) at the output's shape in the promoted dtype. */
-static tpuc_status *binary(tpuc_lower_ctx *cx, int a, int b, unsigned flags, build2 fn) {
+tpuc_status *ew_binary(tpuc_lower_ctx *cx, int a, int b, unsigned flags, ew_build2 fn) {
   int idx[2] = {a, b};
-  tpuc_dtype d = compute_dtype(cx, idx, 2, flags);
+  tpuc_dtype d = ew_compute_dtype(cx, idx, 2, flags);
   if (d == EW_UNDEFINED) return lx_unimplemented(cx, "operand dtypes");
   ir_type t = ew_out_as(cx, d);
   return ew_finish(cx, fn(cx->g, ew_operand(cx, a, t), ew_operand(cx, b, t)));
@@ -303,7 +292,7 @@ static tv b_hypot(ir_graph *g, tv a, tv b) {
   tv one = ew_splat(g, a, 1.0);
   tv r = ir_binary(g, IR_MUL, hi, ir_unary(g, IR_SQRT, ir_binary(g, IR_ADD, one, ir_binary(g, IR_MUL, q, q))));
   r = ir_select(g, ne0(g, hi), r, hi);
-  tv inf = ir_binary(g, IR_OR, isinf_v(g, a), isinf_v(g, b));
+  tv inf = ir_binary(g, IR_OR, ew_isinf(g, a), ew_isinf(g, b));
   return ir_select(g, inf, ew_splat(g, a, INFINITY), r);
 }
 
@@ -311,7 +300,7 @@ static tv b_logaddexp(ir_graph *g, tv a, tv b) {
   tv m = ew_max(g, a, b);
   tv d = ir_unary(g, IR_NEG, ir_unary(g, IR_ABS, ir_binary(g, IR_SUB, a, b)));
   tv r = ir_binary(g, IR_ADD, m, ir_unary(g, IR_LOG1P, ir_unary(g, IR_EXP, d)));
-  tv same_inf = ir_binary(g, IR_AND, isinf_v(g, a), ir_compare(g, IR_EQ, a, b));
+  tv same_inf = ir_binary(g, IR_AND, ew_isinf(g, a), ir_compare(g, IR_EQ, a, b));
   return ir_select(g, same_inf, a, r);
 }
 
@@ -321,9 +310,9 @@ static tv b_xlogy(ir_graph *g, tv x, tv y) {
   return ir_select(g, ew_isnan(g, y), y, r);
 }
 
-/* Sign bit of a float value (set for -0.0 and negative NaNs). */
-static tv signbit_v(ir_graph *g, tv x) {
+tv ew_signbit(ir_graph *g, tv x) {
   ir_type t = ir_type_of(g, x);
+  if (!ir_is_float(t.dtype)) return t.dtype == TPUC_PRED ? splat_pred(g, x, false) : lt0(g, x);
   size_t sz = tpuc_dtype_size(t.dtype);
   ir_type ti = ir_with_dtype(t, sz == 8 ? TPUC_S64 : sz == 4 ? TPUC_S32 : TPUC_S16);
   return lt0(g, ir_bitcast(g, x, ti));
@@ -331,14 +320,14 @@ static tv signbit_v(ir_graph *g, tv x) {
 
 static tv copysign_v(ir_graph *g, tv mag, tv sgn) {
   tv m = ir_unary(g, IR_ABS, mag);
-  return ir_select(g, signbit_v(g, sgn), ir_unary(g, IR_NEG, m), m);
+  return ir_select(g, ew_signbit(g, sgn), ir_unary(g, IR_NEG, m), m);
 }
 
 /* ---- arithmetic ---- */
 
 static tpuc_status *add_sub(tpuc_lower_ctx *cx, ir_binary_op op) {
   int idx[2] = {0, 1};
-  tpuc_dtype d = compute_dtype(cx, idx, 2, 0);
+  tpuc_dtype d = ew_compute_dtype(cx, idx, 2, EW_COMPLEX);
   if (d == EW_UNDEFINED) return lx_unimplemented(cx, "operand dtypes");
   ir_type t = ew_out_as(cx, d);
   ir_graph *g = cx->g;
@@ -349,53 +338,53 @@ static tpuc_status *add_sub(tpuc_lower_ctx *cx, ir_binary_op op) {
 
 static tpuc_status *ew_add(tpuc_lower_ctx *cx) { return add_sub(cx, IR_ADD); }
 static tpuc_status *ew_sub(tpuc_lower_ctx *cx) { return add_sub(cx, IR_SUB); }
-static tpuc_status *ew_mul(tpuc_lower_ctx *cx) { return binary(cx, 0, 1, 0, b_mul); }
-static tpuc_status *ew_div(tpuc_lower_ctx *cx) { return binary(cx, 0, 1, B_FLOAT, b_div); }
+static tpuc_status *ew_mul(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_COMPLEX, b_mul); }
+static tpuc_status *ew_div(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_FLOAT | EW_COMPLEX, b_div); }
 static tpuc_status *ew_floor_divide(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_REAL, ew_floor_div);
+  return ew_binary(cx, 0, 1, 0, ew_floor_div);
 }
 
 static tpuc_status *ew_div_mode(tpuc_lower_ctx *cx) {
-  const char *mode = arg_string(cx, 2);
+  const char *mode = ew_arg_string(cx, 2);
   if (!mode) return ew_div(cx);
-  if (!strcmp(mode, "trunc")) return binary(cx, 0, 1, B_REAL, b_div_trunc);
+  if (!strcmp(mode, "trunc")) return ew_binary(cx, 0, 1, 0, b_div_trunc);
   if (!strcmp(mode, "floor")) return ew_floor_divide(cx);
   return lx_unimplemented(cx, "rounding_mode");
 }
 
 static tpuc_status *ew_remainder_op(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_REAL, ew_remainder);
+  return ew_binary(cx, 0, 1, 0, ew_remainder);
 }
-static tpuc_status *ew_fmod(tpuc_lower_ctx *cx) { return binary(cx, 0, 1, B_REAL, b_rem); }
-static tpuc_status *ew_pow(tpuc_lower_ctx *cx) { return binary(cx, 0, 1, 0, b_pow); }
+static tpuc_status *ew_fmod(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, 0, b_rem); }
+static tpuc_status *ew_pow(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_COMPLEX, b_pow); }
 static tpuc_status *ew_atan2(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_FLOAT | B_REAL, b_atan2);
+  return ew_binary(cx, 0, 1, EW_FLOAT, b_atan2);
 }
 static tpuc_status *ew_maximum(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_EXACT | B_REAL, ew_max);
+  return ew_binary(cx, 0, 1, EW_EXACT, ew_max);
 }
 static tpuc_status *ew_minimum(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_EXACT | B_REAL, ew_min);
+  return ew_binary(cx, 0, 1, EW_EXACT, ew_min);
 }
 static tpuc_status *ew_hypot(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_FLOAT | B_REAL, b_hypot);
+  return ew_binary(cx, 0, 1, EW_FLOAT, b_hypot);
 }
 static tpuc_status *ew_logaddexp(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_FLOAT | B_REAL, b_logaddexp);
+  return ew_binary(cx, 0, 1, EW_FLOAT, b_logaddexp);
 }
 static tpuc_status *ew_xlogy(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_FLOAT | B_REAL, b_xlogy);
+  return ew_binary(cx, 0, 1, EW_FLOAT, b_xlogy);
 }
 static tpuc_status *ew_copysign(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_FLOAT | B_REAL, copysign_v);
+  return ew_binary(cx, 0, 1, EW_FLOAT, copysign_v);
 }
 
 /* ---- comparisons, logical and bitwise ops ---- */
 
 static tpuc_status *compare(tpuc_lower_ctx *cx, ir_cmp dir) {
   int idx[2] = {0, 1};
-  unsigned flags = B_EXACT | (dir == IR_EQ || dir == IR_NE ? 0 : B_REAL);
-  tpuc_dtype d = compute_dtype(cx, idx, 2, flags);
+  unsigned flags = EW_EXACT | (dir == IR_EQ || dir == IR_NE ? EW_COMPLEX : 0);
+  tpuc_dtype d = ew_compute_dtype(cx, idx, 2, flags);
   if (d == EW_UNDEFINED) return lx_unimplemented(cx, "operand dtypes");
   ir_type t = ew_out_as(cx, d);
   return ew_finish(cx, ir_compare(cx->g, dir, ew_operand(cx, 0, t), ew_operand(cx, 1, t)));
@@ -417,20 +406,20 @@ static tpuc_status *ew_logical_and(tpuc_lower_ctx *cx) { return logical(cx, IR_A
 static tpuc_status *ew_logical_or(tpuc_lower_ctx *cx) { return logical(cx, IR_OR); }
 static tpuc_status *ew_logical_xor(tpuc_lower_ctx *cx) { return logical(cx, IR_XOR); }
 static tpuc_status *ew_bitwise_and(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_EXACT | B_INTEGER, b_and);
+  return ew_binary(cx, 0, 1, EW_EXACT | EW_INTEGER, b_and);
 }
 static tpuc_status *ew_bitwise_or(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_EXACT | B_INTEGER, b_or);
+  return ew_binary(cx, 0, 1, EW_EXACT | EW_INTEGER, b_or);
 }
 static tpuc_status *ew_bitwise_xor(tpuc_lower_ctx *cx) {
-  return binary(cx, 0, 1, B_EXACT | B_INTEGER, b_xor);
+  return ew_binary(cx, 0, 1, EW_EXACT | EW_INTEGER, b_xor);
 }
 
 /* ---- selection and filling ---- */
 
 static tpuc_status *ew_where(tpuc_lower_ctx *cx) { /* (condition, self, other) */
   int idx[2] = {1, 2};
-  tpuc_dtype d = compute_dtype(cx, idx, 2, B_EXACT);
+  tpuc_dtype d = ew_compute_dtype(cx, idx, 2, EW_EXACT | EW_COMPLEX);
   if (d == EW_UNDEFINED) return lx_unimplemented(cx, "operand dtypes");
   ir_type t = ew_out_as(cx, d);
   tv c = ew_operand(cx, 0, ew_out_as(cx, TPUC_PRED));
@@ -456,14 +445,14 @@ static tpuc_status *ew_zero(tpuc_lower_ctx *cx) {
 /* The dtype a ternary op over args 0..2 computes in; the output's shape. */
 static ir_type ternary_type(const tpuc_lower_ctx *cx, unsigned flags, bool *ok) {
   int idx[3] = {0, 1, 2};
-  tpuc_dtype d = compute_dtype(cx, idx, 3, flags);
+  tpuc_dtype d = ew_compute_dtype(cx, idx, 3, flags);
   *ok = d != EW_UNDEFINED;
   return ew_out_as(cx, *ok ? d : TPUC_F32);
 }
 
 static tpuc_status *ew_lerp(tpuc_lower_ctx *cx) { /* (self, end, weight) */
   bool ok;
-  ir_type t = ternary_type(cx, B_FLOAT | B_REAL, &ok);
+  ir_type t = ternary_type(cx, EW_FLOAT, &ok);
   if (!ok) return lx_unimplemented(cx, "operand dtypes");
   ir_graph *g = cx->g;
   tv s = ew_operand(cx, 0, t), e = ew_operand(cx, 1, t), w = ew_operand(cx, 2, t);
@@ -478,7 +467,7 @@ static tpuc_status *ew_lerp(tpuc_lower_ctx *cx) { /* (self, end, weight) */
 /* self + value * t1 (op) t2, evaluated as PyTorch's CPU kernel does. */
 static tpuc_status *addc(tpuc_lower_ctx *cx, ir_binary_op op) {
   bool ok;
-  ir_type t = ternary_type(cx, op == IR_DIV ? B_FLOAT : 0, &ok);
+  ir_type t = ternary_type(cx, EW_COMPLEX | (op == IR_DIV ? EW_FLOAT : 0), &ok);
   if (!ok) return lx_unimplemented(cx, "operand dtypes");
   ir_graph *g = cx->g;
   tv t1 = ew_operand(cx, 1, t);
@@ -503,6 +492,10 @@ static tpuc_status *ew_addcdiv(tpuc_lower_ctx *cx) { return addc(cx, IR_DIV); }
       E3(op ".Scalar", op "_.Scalar", op ".Scalar_out", fn)
 #define BITWISE(op, fn) CMP(op, fn), E(op ".Scalar_Tensor", fn), E(op ".Scalar_Tensor_out", fn)
 #define UNARY3(op, fn) E3(op, op "_", op ".out", fn)
+#define SHIFT(op, fn)                                                                   \
+  E3(op ".Tensor", op "_.Tensor", op ".Tensor_out", fn),                                \
+      E3(op ".Tensor_Scalar", op "_.Tensor_Scalar", op ".Tensor_Scalar_out", fn),       \
+      E(op ".Scalar_Tensor", fn), E(op ".Scalar_Tensor_out", fn)
 
 const tpuc_lowering tpuc_lowerings_elementwise[] = {
     TS("add", ew_add),
@@ -598,8 +591,8 @@ const tpuc_lowering tpuc_lowerings_elementwise[] = {
     UNARY3("logical_not", ew_logical_not),
     E("isnan", ew_isnan_op),
     E("isnan.out", ew_isnan_op),
-    E("isinf", ew_isinf),
-    E("isinf.out", ew_isinf),
+    E("isinf", ew_isinf_op),
+    E("isinf.out", ew_isinf_op),
     E("isfinite", ew_isfinite),
     UNARY3("nan_to_num", ew_nan_to_num),
     E3("clamp", "clamp_", "clamp.out", ew_clamp),
@@ -642,5 +635,45 @@ const tpuc_lowering tpuc_lowerings_elementwise[] = {
     UNARY3("hardsigmoid", ew_hardsigmoid),
     UNARY3("hardswish", ew_hardswish),
     UNARY3("mish", ew_mish),
+    /* elementwise_special.c */
+    UNARY3("lgamma", ew_lgamma),
+    UNARY3("digamma", ew_digamma),
+    UNARY3("sinc", ew_sinc),
+    UNARY3("deg2rad", ew_deg2rad),
+    UNARY3("rad2deg", ew_rad2deg),
+    E("signbit", ew_signbit_op),
+    E("signbit.out", ew_signbit_op),
+    UNARY3("logit", ew_logit),
+    E("logit_backward", ew_logit_backward),
+    E("logit_backward.grad_input", ew_logit_backward),
+    UNARY3("celu", ew_celu),
+    E("softshrink", ew_softshrink),
+    E("softshrink.out", ew_softshrink),
+    E("hardshrink", ew_hardshrink),
+    E("hardshrink.out", ew_hardshrink),
+    E("softshrink_backward", ew_shrink_backward),
+    E("softshrink_backward.grad_input", ew_shrink_backward),
+    E("hardshrink_backward", ew_shrink_backward),
+    E("hardshrink_backward.grad_input", ew_shrink_backward),
+    E("log_sigmoid_forward", ew_log_sigmoid_forward),
+    E("log_sigmoid_forward.output", ew_log_sigmoid_forward),
+    E("log_sigmoid_backward", ew_log_sigmoid_backward),
+    E("log_sigmoid_backward.grad_input", ew_log_sigmoid_backward),
+    E("fmax", ew_fmax),
+    E("fmax.out", ew_fmax),
+    E("fmin", ew_fmin),
+    E("fmin.out", ew_fmin),
+    UNARY3("heaviside", ew_heaviside),
+    E("logaddexp2", ew_logaddexp2),
+    E("logaddexp2.out", ew_logaddexp2),
+    E3("ldexp.Tensor", "ldexp_", "ldexp.out", ew_ldexp),
+    SHIFT("bitwise_left_shift", ew_shift_left),
+    SHIFT("bitwise_right_shift", ew_shift_right),
+    E3("__lshift__.Tensor", "__ilshift__.Tensor", "__lshift__.Tensor_out", ew_shift_left),
+    E3("__lshift__.Scalar", "__ilshift__.Scalar", "__lshift__.Scalar_out", ew_shift_left),
+    E3("__rshift__.Tensor", "__irshift__.Tensor", "__rshift__.Tensor_out", ew_shift_right),
+    E3("__rshift__.Scalar", "__irshift__.Scalar", "__rshift__.Scalar_out", ew_shift_right),
+    E3("rsub.Tensor", "rsub.Tensor_out", "rsub.Scalar", ew_rsub),
+    E("rsub.Scalar_out", ew_rsub),
     {NULL, NULL},
 };

@@ -16,39 +16,26 @@
 #define LN10 2.30258509299404568402
 #define SQRT1_2 0.70710678118654752440
 
-typedef tv (*build1)(ir_graph *g, tv x);
-
-enum {
-  U_FLOAT = 1,   /* integer and bool inputs compute in floating point */
-  U_COMPLEX = 2, /* complex inputs are supported */
-  U_INT_ID = 4,  /* the identity on integers and bool (rounding) */
-  U_EXACT = 8,   /* compute in the input's dtype itself, even float16/bfloat16 */
-  U_INTEGER = 16 /* only bool and integer inputs */
-};
-
-/* Self (arg 0) converted to the dtype to compute in; IR_NONE when the flags
- * rule the input's dtype out. */
-static tv self_in(tpuc_lower_ctx *cx, unsigned flags) {
+tv ew_self_in(tpuc_lower_ctx *cx, unsigned flags) {
   tpuc_dtype d = lx_tensor_desc(cx, 0)->dtype;
   bool integral = !ir_is_float(d) && !ir_is_complex(d);
-  if (ir_is_complex(d) && !(flags & U_COMPLEX)) return IR_NONE;
-  if ((flags & U_INTEGER) && !integral) return IR_NONE;
-  if (integral && (flags & U_FLOAT)) d = ew_float_of(cx, d);
-  if (!(flags & U_EXACT)) d = lx_compute_dtype(d);
+  if (ir_is_complex(d) && !(flags & EW_COMPLEX)) return IR_NONE;
+  if ((flags & EW_INTEGER) && !integral) return IR_NONE;
+  if (integral && (flags & EW_FLOAT)) d = ew_float_of(cx, d);
+  if (!(flags & EW_EXACT)) d = lx_compute_dtype(d);
   return lx_convert(cx->g, lx_tensor(cx, 0), d);
 }
 
-static tpuc_status *unary(tpuc_lower_ctx *cx, unsigned flags, ir_unary_op op, build1 fn) {
+tpuc_status *ew_unary(tpuc_lower_ctx *cx, unsigned flags, ir_unary_op op, ew_build1 fn) {
   tpuc_dtype d = lx_tensor_desc(cx, 0)->dtype;
-  if ((flags & U_INT_ID) && !ir_is_float(d) && !ir_is_complex(d))
+  if ((flags & EW_INT_ID) && !ir_is_float(d) && !ir_is_complex(d))
     return ew_finish(cx, lx_tensor(cx, 0));
-  tv x = self_in(cx, flags);
+  tv x = ew_self_in(cx, flags);
   if (x == IR_NONE) return lx_unimplemented(cx, "input dtype");
   return ew_finish(cx, fn ? fn(cx->g, x) : ir_unary(cx->g, op, x));
 }
 
-/* A scalar arg like x (converted, broadcast), or `dflt` when absent. */
-static tv scalar_like(tpuc_lower_ctx *cx, int i, tv x, double dflt) {
+tv ew_scalar_like(tpuc_lower_ctx *cx, int i, tv x, double dflt) {
   if (lx_is_none(cx, i)) return ew_splat(cx->g, x, dflt);
   return ew_operand(cx, i, ir_type_of(cx->g, x));
 }
@@ -87,10 +74,7 @@ static tv u_logical_not(ir_graph *g, tv x) { return CMP(IR_EQ, x, K(0)); }
 static tv u_isnan(ir_graph *g, tv x) { return ew_isnan(g, x); }
 static tv u_relu(ir_graph *g, tv x) { return ew_max(g, x, K(0)); }
 
-static tv u_isinf(ir_graph *g, tv x) {
-  if (!ir_is_float(ir_type_of(g, x).dtype)) return ir_convert(g, K(0), TPUC_PRED);
-  return CMP(IR_EQ, U(IR_ABS, x), K(INFINITY));
-}
+static tv u_isinf(ir_graph *g, tv x) { return ew_isinf(g, x); }
 
 static tv u_isfinite(ir_graph *g, tv x) {
   if (!ir_is_float(ir_type_of(g, x).dtype)) return ir_convert(g, K(1), TPUC_PRED);
@@ -107,61 +91,61 @@ static tv u_mish(ir_graph *g, tv x) { return MUL(x, U(IR_TANH, U(IR_LOG1P, U(IR_
 static tv u_silu(ir_graph *g, tv x) { return MUL(x, U(IR_LOGISTIC, x)); }
 
 #define UNARY(name, flags, op, fn) \
-  tpuc_status *name(tpuc_lower_ctx *cx) { return unary(cx, flags, op, fn); }
+  tpuc_status *name(tpuc_lower_ctx *cx) { return ew_unary(cx, flags, op, fn); }
 #define PRIM(name, flags, op) UNARY(name, flags, op, NULL)
 #define BUILT(name, flags, fn) UNARY(name, flags, IR_UNARY_COUNT, fn)
 
-PRIM(ew_neg, U_EXACT | U_COMPLEX, IR_NEG)
-PRIM(ew_abs, U_EXACT | U_COMPLEX, IR_ABS)
-BUILT(ew_sign, U_EXACT, u_sign)
-BUILT(ew_sgn, U_EXACT | U_COMPLEX, u_sgn)
-PRIM(ew_exp, U_FLOAT | U_COMPLEX, IR_EXP)
-BUILT(ew_exp2, U_FLOAT, u_exp2)
-PRIM(ew_expm1, U_FLOAT, IR_EXPM1)
-PRIM(ew_log, U_FLOAT | U_COMPLEX, IR_LOG)
-BUILT(ew_log2, U_FLOAT, u_log2)
-BUILT(ew_log10, U_FLOAT, u_log10)
-PRIM(ew_log1p, U_FLOAT, IR_LOG1P)
-PRIM(ew_sqrt, U_FLOAT | U_COMPLEX, IR_SQRT)
-PRIM(ew_rsqrt, U_FLOAT, IR_RSQRT)
-BUILT(ew_reciprocal, U_FLOAT | U_COMPLEX, u_reciprocal)
-PRIM(ew_sin, U_FLOAT | U_COMPLEX, IR_SIN)
-PRIM(ew_cos, U_FLOAT | U_COMPLEX, IR_COS)
-PRIM(ew_tan, U_FLOAT, IR_TAN)
-PRIM(ew_asin, U_FLOAT, IR_ASIN)
-PRIM(ew_acos, U_FLOAT, IR_ACOS)
-PRIM(ew_atan, U_FLOAT, IR_ATAN)
-PRIM(ew_sinh, U_FLOAT, IR_SINH)
-PRIM(ew_cosh, U_FLOAT, IR_COSH)
-PRIM(ew_tanh, U_FLOAT | U_COMPLEX, IR_TANH)
-PRIM(ew_asinh, U_FLOAT, IR_ASINH)
-PRIM(ew_acosh, U_FLOAT, IR_ACOSH)
-PRIM(ew_atanh, U_FLOAT, IR_ATANH)
-PRIM(ew_sigmoid, U_FLOAT, IR_LOGISTIC)
-PRIM(ew_erf, U_FLOAT, IR_ERF)
-PRIM(ew_erfc, U_FLOAT, IR_ERFC)
-PRIM(ew_erfinv, U_FLOAT, IR_ERF_INV)
-PRIM(ew_floor, U_INT_ID | U_EXACT, IR_FLOOR)
-PRIM(ew_ceil, U_INT_ID | U_EXACT, IR_CEIL)
-PRIM(ew_round, U_INT_ID | U_EXACT, IR_ROUND_EVEN)
-BUILT(ew_trunc_op, U_INT_ID | U_EXACT, u_trunc)
+PRIM(ew_neg, EW_EXACT | EW_COMPLEX, IR_NEG)
+PRIM(ew_abs, EW_EXACT | EW_COMPLEX, IR_ABS)
+BUILT(ew_sign, EW_EXACT, u_sign)
+BUILT(ew_sgn, EW_EXACT | EW_COMPLEX, u_sgn)
+PRIM(ew_exp, EW_FLOAT | EW_COMPLEX, IR_EXP)
+BUILT(ew_exp2, EW_FLOAT, u_exp2)
+PRIM(ew_expm1, EW_FLOAT, IR_EXPM1)
+PRIM(ew_log, EW_FLOAT | EW_COMPLEX, IR_LOG)
+BUILT(ew_log2, EW_FLOAT, u_log2)
+BUILT(ew_log10, EW_FLOAT, u_log10)
+PRIM(ew_log1p, EW_FLOAT, IR_LOG1P)
+PRIM(ew_sqrt, EW_FLOAT | EW_COMPLEX, IR_SQRT)
+PRIM(ew_rsqrt, EW_FLOAT, IR_RSQRT)
+BUILT(ew_reciprocal, EW_FLOAT | EW_COMPLEX, u_reciprocal)
+PRIM(ew_sin, EW_FLOAT | EW_COMPLEX, IR_SIN)
+PRIM(ew_cos, EW_FLOAT | EW_COMPLEX, IR_COS)
+PRIM(ew_tan, EW_FLOAT, IR_TAN)
+PRIM(ew_asin, EW_FLOAT, IR_ASIN)
+PRIM(ew_acos, EW_FLOAT, IR_ACOS)
+PRIM(ew_atan, EW_FLOAT, IR_ATAN)
+PRIM(ew_sinh, EW_FLOAT, IR_SINH)
+PRIM(ew_cosh, EW_FLOAT, IR_COSH)
+PRIM(ew_tanh, EW_FLOAT | EW_COMPLEX, IR_TANH)
+PRIM(ew_asinh, EW_FLOAT, IR_ASINH)
+PRIM(ew_acosh, EW_FLOAT, IR_ACOSH)
+PRIM(ew_atanh, EW_FLOAT, IR_ATANH)
+PRIM(ew_sigmoid, EW_FLOAT, IR_LOGISTIC)
+PRIM(ew_erf, EW_FLOAT, IR_ERF)
+PRIM(ew_erfc, EW_FLOAT, IR_ERFC)
+PRIM(ew_erfinv, EW_FLOAT, IR_ERF_INV)
+PRIM(ew_floor, EW_INT_ID | EW_EXACT, IR_FLOOR)
+PRIM(ew_ceil, EW_INT_ID | EW_EXACT, IR_CEIL)
+PRIM(ew_round, EW_INT_ID | EW_EXACT, IR_ROUND_EVEN)
+BUILT(ew_trunc_op, EW_INT_ID | EW_EXACT, u_trunc)
 BUILT(ew_frac, 0, u_frac)
-PRIM(ew_bitwise_not, U_EXACT | U_INTEGER, IR_NOT)
-BUILT(ew_logical_not, U_EXACT | U_COMPLEX, u_logical_not)
-BUILT(ew_isnan_op, U_EXACT | U_COMPLEX, u_isnan)
-BUILT(ew_isinf, U_EXACT, u_isinf)
-BUILT(ew_isfinite, U_EXACT, u_isfinite)
-BUILT(ew_relu, U_EXACT, u_relu)
-BUILT(ew_hardsigmoid, U_FLOAT, u_hardsigmoid)
-BUILT(ew_hardswish, U_FLOAT, u_hardswish)
-BUILT(ew_mish, U_FLOAT, u_mish)
-BUILT(ew_silu, U_FLOAT, u_silu)
+PRIM(ew_bitwise_not, EW_EXACT | EW_INTEGER, IR_NOT)
+BUILT(ew_logical_not, EW_EXACT | EW_COMPLEX, u_logical_not)
+BUILT(ew_isnan_op, EW_EXACT | EW_COMPLEX, u_isnan)
+BUILT(ew_isinf_op, EW_EXACT, u_isinf)
+BUILT(ew_isfinite, EW_EXACT, u_isfinite)
+BUILT(ew_relu, EW_EXACT, u_relu)
+BUILT(ew_hardsigmoid, EW_FLOAT, u_hardsigmoid)
+BUILT(ew_hardswish, EW_FLOAT, u_hardswish)
+BUILT(ew_mish, EW_FLOAT, u_mish)
+BUILT(ew_silu, EW_FLOAT, u_silu)
 
 /* ---- ops with arguments ---- */
 
 #define SELF_OR_FAIL(flags)                                                  \
   ir_graph *g = cx->g;                                                       \
-  tv x = self_in(cx, (flags));                                               \
+  tv x = ew_self_in(cx, (flags));                                               \
   if (x == IR_NONE) return lx_unimplemented(cx, "input dtype");
 
 tpuc_status *ew_round_decimals(tpuc_lower_ctx *cx) { /* (self, *, decimals) */
@@ -176,11 +160,11 @@ tpuc_status *ew_round_decimals(tpuc_lower_ctx *cx) { /* (self, *, decimals) */
 tpuc_status *ew_nan_to_num(tpuc_lower_ctx *cx) { /* (self, nan?, posinf?, neginf?) */
   tpuc_dtype d = lx_tensor_desc(cx, 0)->dtype;
   if (!ir_is_float(d)) return ew_finish(cx, lx_tensor(cx, 0));
-  SELF_OR_FAIL(U_EXACT) /* the replacements are the dtype's own extremes */
+  SELF_OR_FAIL(EW_EXACT) /* the replacements are the dtype's own extremes */
   double big = ew_finite_max(d);
-  tv r = SEL(ew_isnan(g, x), scalar_like(cx, 1, x, 0.0), x);
-  r = SEL(CMP(IR_EQ, x, K(INFINITY)), scalar_like(cx, 2, x, big), r);
-  return ew_finish(cx, SEL(CMP(IR_EQ, x, K(-INFINITY)), scalar_like(cx, 3, x, -big), r));
+  tv r = SEL(ew_isnan(g, x), ew_scalar_like(cx, 1, x, 0.0), x);
+  r = SEL(CMP(IR_EQ, x, K(INFINITY)), ew_scalar_like(cx, 2, x, big), r);
+  return ew_finish(cx, SEL(CMP(IR_EQ, x, K(-INFINITY)), ew_scalar_like(cx, 3, x, -big), r));
 }
 
 /* clamp(self, min?, max?): args lo_arg / hi_arg (-1: none), NaN-propagating. */
@@ -201,31 +185,31 @@ tpuc_status *ew_clamp_min(tpuc_lower_ctx *cx) { return clamp(cx, 1, -1); }
 tpuc_status *ew_clamp_max(tpuc_lower_ctx *cx) { return clamp(cx, -1, 1); }
 
 tpuc_status *ew_hardtanh(tpuc_lower_ctx *cx) { /* (self, min_val=-1, max_val=1) */
-  SELF_OR_FAIL(U_EXACT)
-  tv r = ew_min(g, ew_max(g, x, scalar_like(cx, 1, x, -1.0)), scalar_like(cx, 2, x, 1.0));
+  SELF_OR_FAIL(EW_EXACT)
+  tv r = ew_min(g, ew_max(g, x, ew_scalar_like(cx, 1, x, -1.0)), ew_scalar_like(cx, 2, x, 1.0));
   return ew_finish(cx, r);
 }
 
 tpuc_status *ew_leaky_relu(tpuc_lower_ctx *cx) { /* (self, negative_slope=0.01) */
   SELF_OR_FAIL(0)
-  tv neg = MUL(x, scalar_like(cx, 1, x, 0.01));
+  tv neg = MUL(x, ew_scalar_like(cx, 1, x, 0.01));
   return ew_finish(cx, SEL(CMP(IR_GT, x, K(0)), x, neg));
 }
 
 tpuc_status *ew_elu(tpuc_lower_ctx *cx) { /* (self, alpha=1, scale=1, input_scale=1) */
   SELF_OR_FAIL(0)
-  tv scale = scalar_like(cx, 2, x, 1.0);
-  tv negcoef = MUL(scalar_like(cx, 1, x, 1.0), scale);
-  tv neg = MUL(U(IR_EXPM1, MUL(x, scalar_like(cx, 3, x, 1.0))), negcoef);
+  tv scale = ew_scalar_like(cx, 2, x, 1.0);
+  tv negcoef = MUL(ew_scalar_like(cx, 1, x, 1.0), scale);
+  tv neg = MUL(U(IR_EXPM1, MUL(x, ew_scalar_like(cx, 3, x, 1.0))), negcoef);
   return ew_finish(cx, SEL(CMP(IR_LE, x, K(0)), neg, MUL(x, scale)));
 }
 
 tpuc_status *ew_softplus(tpuc_lower_ctx *cx) { /* (self, beta=1, threshold=20) */
   SELF_OR_FAIL(0)
-  tv beta = scalar_like(cx, 1, x, 1.0);
+  tv beta = ew_scalar_like(cx, 1, x, 1.0);
   tv xb = MUL(x, beta);
   tv soft = DIV(U(IR_LOG1P, U(IR_EXP, xb)), beta);
-  return ew_finish(cx, SEL(CMP(IR_GT, xb, scalar_like(cx, 2, x, 20.0)), x, soft));
+  return ew_finish(cx, SEL(CMP(IR_GT, xb, ew_scalar_like(cx, 2, x, 20.0)), x, soft));
 }
 
 /* approximate="tanh" (true) or "none" (false); NULL string when unknown. */
@@ -302,13 +286,13 @@ tpuc_status *ew_tanh_backward(tpuc_lower_ctx *cx) { /* (grad, output) */
 
 tpuc_status *ew_leaky_relu_backward(tpuc_lower_ctx *cx) { /* (grad, self, slope, is_result) */
   GRAD_ARGS
-  return ew_finish(cx, SEL(CMP(IR_GT, x, K(0)), gr, MUL(gr, scalar_like(cx, 2, x, 0.01))));
+  return ew_finish(cx, SEL(CMP(IR_GT, x, K(0)), gr, MUL(gr, ew_scalar_like(cx, 2, x, 0.01))));
 }
 
 tpuc_status *ew_hardtanh_backward(tpuc_lower_ctx *cx) { /* (grad, self, min_val, max_val) */
   GRAD_ARGS
-  tv outside = ir_binary(g, IR_OR, CMP(IR_LE, x, scalar_like(cx, 2, x, -1.0)),
-                         CMP(IR_GE, x, scalar_like(cx, 3, x, 1.0)));
+  tv outside = ir_binary(g, IR_OR, CMP(IR_LE, x, ew_scalar_like(cx, 2, x, -1.0)),
+                         CMP(IR_GE, x, ew_scalar_like(cx, 3, x, 1.0)));
   return ew_finish(cx, SEL(outside, K(0), gr));
 }
 
@@ -318,8 +302,8 @@ tpuc_status *ew_elu_backward(tpuc_lower_ctx *cx) {
   ir_type t = grad_type(cx);
   if (!ir_is_float(t.dtype)) return lx_unimplemented(cx, "dtype");
   tv gr = ew_operand(cx, 0, t), x = ew_operand(cx, 5, t);
-  tv scale = scalar_like(cx, 2, x, 1.0), in_scale = scalar_like(cx, 3, x, 1.0);
-  tv negcoef = MUL(scalar_like(cx, 1, x, 1.0), scale);
+  tv scale = ew_scalar_like(cx, 2, x, 1.0), in_scale = ew_scalar_like(cx, 3, x, 1.0);
+  tv negcoef = MUL(ew_scalar_like(cx, 1, x, 1.0), scale);
   tv neg = lx_bool(cx, 4, false) ? MUL(MUL(gr, in_scale), ADD(x, negcoef))
                                  : MUL(MUL(MUL(gr, in_scale), negcoef), U(IR_EXP, MUL(x, in_scale)));
   return ew_finish(cx, SEL(CMP(IR_LE, x, K(0)), neg, MUL(gr, scale)));
@@ -327,10 +311,10 @@ tpuc_status *ew_elu_backward(tpuc_lower_ctx *cx) {
 
 tpuc_status *ew_softplus_backward(tpuc_lower_ctx *cx) { /* (grad, self, beta, threshold) */
   GRAD_ARGS
-  tv xb = MUL(x, scalar_like(cx, 2, x, 1.0));
+  tv xb = MUL(x, ew_scalar_like(cx, 2, x, 1.0));
   tv z = U(IR_EXP, xb);
   tv soft = DIV(MUL(gr, z), ADD(z, K(1)));
-  return ew_finish(cx, SEL(CMP(IR_GT, xb, scalar_like(cx, 3, x, 20.0)), gr, soft));
+  return ew_finish(cx, SEL(CMP(IR_GT, xb, ew_scalar_like(cx, 3, x, 20.0)), gr, soft));
 }
 
 tpuc_status *ew_hardsigmoid_backward(tpuc_lower_ctx *cx) { /* (grad, self) */

@@ -1,0 +1,189 @@
+/* elementwise_special.c — the less common elementwise ops that still reach
+ * the device: special functions (lgamma, digamma, sinc, logit), angle
+ * conversions, signbit, fmax/fmin, heaviside, logaddexp2, ldexp, bit shifts,
+ * rsub, and the shrink/celu/log-sigmoid activations with their backwards.
+ * Formulas follow PyTorch's CPU kernels; the elementwise table in
+ * elementwise.c lists these functions. */
+#include <math.h>
+
+#include "elementwise.h"
+
+#define PI 3.14159265358979323846
+#define LN2 0.69314718055994530942
+
+#define K(v) ew_splat(g, x, (v))
+#define ADD(a, b) ir_binary(g, IR_ADD, (a), (b))
+#define SUB(a, b) ir_binary(g, IR_SUB, (a), (b))
+#define MUL(a, b) ir_binary(g, IR_MUL, (a), (b))
+#define DIV(a, b) ir_binary(g, IR_DIV, (a), (b))
+#define U(op, a) ir_unary(g, (op), (a))
+#define SEL(c, a, b) ir_select(g, (c), (a), (b))
+#define CMP(dir, a, b) ir_compare(g, (dir), (a), (b))
+#define AND(a, b) ir_binary(g, IR_AND, (a), (b))
+#define OR(a, b) ir_binary(g, IR_OR, (a), (b))
+
+/* ---- unary ---- */
+
+static tv u_sinc(ir_graph *g, tv x) { /* sin(pi x) / (pi x), 1 at 0 */
+  tv px = MUL(K(PI), x);
+  return SEL(CMP(IR_EQ, x, K(0)), K(1), DIV(U(IR_SIN, px), px));
+}
+static tv u_deg2rad(ir_graph *g, tv x) { return MUL(x, K(PI / 180.0)); }
+static tv u_rad2deg(ir_graph *g, tv x) { return MUL(x, K(180.0 / PI)); }
+static tv u_signbit(ir_graph *g, tv x) { return ew_signbit(g, x); }
+
+tpuc_status *ew_lgamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_LGAMMA, NULL); }
+tpuc_status *ew_digamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_DIGAMMA, NULL); }
+tpuc_status *ew_sinc(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_sinc); }
+tpuc_status *ew_deg2rad(tpuc_lower_ctx *cx) {
+  return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_deg2rad);
+}
+tpuc_status *ew_rad2deg(tpuc_lower_ctx *cx) {
+  return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_rad2deg);
+}
+tpuc_status *ew_signbit_op(tpuc_lower_ctx *cx) {
+  return ew_unary(cx, EW_EXACT, IR_UNARY_COUNT, u_signbit);
+}
+
+#define SELF_OR_FAIL(flags)                                     \
+  ir_graph *g = cx->g;                                          \
+  tv x = ew_self_in(cx, (flags));                               \
+  if (x == IR_NONE) return lx_unimplemented(cx, "input dtype");
+
+tpuc_status *ew_logit(tpuc_lower_ctx *cx) { /* (self, eps?) */
+  SELF_OR_FAIL(EW_FLOAT)
+  if (!lx_is_none(cx, 1)) { /* clamp into [eps, 1 - eps]; NaN stays */
+    tv lo = ew_scalar_like(cx, 1, x, 0.0), hi = SUB(K(1), lo);
+    x = SEL(CMP(IR_LT, x, lo), lo, SEL(CMP(IR_GT, x, hi), hi, x));
+  }
+  return ew_finish(cx, U(IR_LOG, DIV(x, SUB(K(1), x))));
+}
+
+tpuc_status *ew_celu(tpuc_lower_ctx *cx) { /* (self, alpha=1): elu with input_scale 1/alpha */
+  SELF_OR_FAIL(0)
+  tv alpha = ew_scalar_like(cx, 1, x, 1.0);
+  tv neg = MUL(U(IR_EXPM1, DIV(x, alpha)), alpha);
+  return ew_finish(cx, SEL(CMP(IR_LE, x, K(0)), neg, x));
+}
+
+/* |x| <= lambd (NaN: false) */
+static tv within(tpuc_lower_ctx *cx, ir_graph *g, tv x) {
+  tv l = ew_scalar_like(cx, 2, x, 0.5);
+  return AND(CMP(IR_GE, x, ir_unary(g, IR_NEG, l)), CMP(IR_LE, x, l));
+}
+
+tpuc_status *ew_softshrink(tpuc_lower_ctx *cx) { /* (self, lambd=0.5) */
+  SELF_OR_FAIL(0)
+  tv l = ew_scalar_like(cx, 1, x, 0.5);
+  tv r = SEL(CMP(IR_GT, x, l), SUB(x, l), SEL(CMP(IR_LT, x, U(IR_NEG, l)), ADD(x, l), K(0)));
+  return ew_finish(cx, SEL(ew_isnan(g, x), x, r));
+}
+
+tpuc_status *ew_hardshrink(tpuc_lower_ctx *cx) { /* (self, lambd=0.5) */
+  SELF_OR_FAIL(0)
+  tv l = ew_scalar_like(cx, 1, x, 0.5);
+  tv in = AND(CMP(IR_GE, x, U(IR_NEG, l)), CMP(IR_LE, x, l));
+  return ew_finish(cx, SEL(in, K(0), x));
+}
+
+/* (self) -> (output, buffer): output = min(x, 0) - log1p(exp(-|x|)), buffer
+ * = exp(-|x|), as PyTorch's CPU kernel */
+tpuc_status *ew_log_sigmoid_forward(tpuc_lower_ctx *cx) {
+  SELF_OR_FAIL(EW_FLOAT)
+  tv z = U(IR_EXP, U(IR_NEG, U(IR_ABS, x)));
+  tv mn = SEL(CMP(IR_LT, x, K(0)), x, K(0));
+  ew_finish(cx, SUB(mn, U(IR_LOG1P, z)));
+  if (cx->noutputs > 1) cx->results[1] = lx_coerce(g, z, cx->out_types[1]);
+  return NULL;
+}
+
+/* ---- backward formulas: (grad_output, self, ...) ---- */
+
+#define GRAD_ARGS                                                        \
+  ir_graph *g = cx->g;                                                   \
+  ir_type t = ew_out_as(cx, lx_compute_dtype(cx->out_types[0].dtype));   \
+  if (!ir_is_float(t.dtype)) return lx_unimplemented(cx, "dtype");       \
+  tv gr = ew_operand(cx, 0, t), x = ew_operand(cx, 1, t);
+
+tpuc_status *ew_logit_backward(tpuc_lower_ctx *cx) { /* (grad, self, eps?) */
+  GRAD_ARGS
+  tv r = DIV(gr, MUL(x, SUB(K(1), x)));
+  if (lx_is_none(cx, 2)) { /* outside [0, 1]: NaN */
+    tv out = OR(CMP(IR_LT, x, K(0)), CMP(IR_GT, x, K(1)));
+    return ew_finish(cx, SEL(out, K(NAN), r));
+  }
+  tv lo = ew_scalar_like(cx, 2, x, 0.0), hi = SUB(K(1), lo);
+  tv out = OR(CMP(IR_LT, x, lo), CMP(IR_GT, x, hi));
+  return ew_finish(cx, SEL(out, K(0), r));
+}
+
+tpuc_status *ew_log_sigmoid_backward(tpuc_lower_ctx *cx) { /* (grad, self, buffer) */
+  GRAD_ARGS
+  tv z = ew_operand(cx, 2, t);
+  tv neg = CMP(IR_LT, x, K(0));
+  tv max_deriv = SEL(neg, K(1), K(0)), sign = SEL(neg, K(1), K(-1));
+  return ew_finish(cx, MUL(SUB(max_deriv, MUL(sign, DIV(z, ADD(K(1), z)))), gr));
+}
+
+tpuc_status *ew_shrink_backward(tpuc_lower_ctx *cx) { /* (grad, self, lambd): soft and hard */
+  GRAD_ARGS
+  return ew_finish(cx, SEL(within(cx, g, x), K(0), gr));
+}
+
+/* ---- binary ---- */
+
+/* maximum/minimum ignoring NaN: the other operand when one is NaN */
+static tv fminmax(ir_graph *g, ir_binary_op op, tv a, tv b) {
+  tv r = ir_binary(g, op, a, b);
+  if (!ir_is_float(ir_type_of(g, a).dtype)) return r;
+  r = SEL(ew_isnan(g, a), b, r);
+  return SEL(ew_isnan(g, b), a, r);
+}
+static tv b_fmax(ir_graph *g, tv a, tv b) { return fminmax(g, IR_MAX, a, b); }
+static tv b_fmin(ir_graph *g, tv a, tv b) { return fminmax(g, IR_MIN, a, b); }
+
+static tv b_heaviside(ir_graph *g, tv x, tv values) {
+  tv pos = ir_convert(g, CMP(IR_GT, x, K(0)), ir_type_of(g, x).dtype);
+  return SEL(CMP(IR_EQ, x, K(0)), values, pos);
+}
+
+static tv b_logaddexp2(ir_graph *g, tv a, tv b) {
+  tv x = a;
+  tv m = ew_max(g, a, b);
+  tv d = U(IR_NEG, U(IR_ABS, SUB(a, b)));
+  tv r = ADD(m, DIV(U(IR_LOG1P, ir_binary(g, IR_POW, K(2), d)), K(LN2)));
+  return SEL(AND(ew_isinf(g, a), CMP(IR_EQ, a, b)), a, r);
+}
+
+static tv b_ldexp(ir_graph *g, tv x, tv e) { return MUL(x, ir_binary(g, IR_POW, K(2), e)); }
+
+static tv b_shl(ir_graph *g, tv a, tv b) { return ir_binary(g, IR_SHL, a, b); }
+static tv b_shr(ir_graph *g, tv a, tv b) {
+  bool u = ir_is_unsigned(ir_type_of(g, a).dtype);
+  return ir_binary(g, u ? IR_SHR_LOGICAL : IR_SHR_ARITH, a, b);
+}
+
+tpuc_status *ew_fmax(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_EXACT, b_fmax); }
+tpuc_status *ew_fmin(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_EXACT, b_fmin); }
+tpuc_status *ew_heaviside(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_EXACT, b_heaviside); }
+tpuc_status *ew_logaddexp2(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_FLOAT, b_logaddexp2); }
+tpuc_status *ew_ldexp(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_FLOAT, b_ldexp); }
+tpuc_status *ew_shift_left(tpuc_lower_ctx *cx) {
+  if (ew_arg_dtype(cx, 0) == TPUC_PRED) return lx_unimplemented(cx, "bool operands");
+  return ew_binary(cx, 0, 1, EW_EXACT | EW_INTEGER, b_shl);
+}
+tpuc_status *ew_shift_right(tpuc_lower_ctx *cx) {
+  if (ew_arg_dtype(cx, 0) == TPUC_PRED) return lx_unimplemented(cx, "bool operands");
+  return ew_binary(cx, 0, 1, EW_EXACT | EW_INTEGER, b_shr);
+}
+
+tpuc_status *ew_rsub(tpuc_lower_ctx *cx) { /* (self, other, alpha): other - alpha * self */
+  int idx[2] = {0, 1};
+  tpuc_dtype d = ew_compute_dtype(cx, idx, 2, EW_COMPLEX);
+  if (d == EW_UNDEFINED) return lx_unimplemented(cx, "operand dtypes");
+  ir_type t = ew_out_as(cx, d);
+  ir_graph *g = cx->g;
+  tv s = ew_operand(cx, 0, t);
+  if (!lx_is_none(cx, 2)) s = MUL(s, ew_operand(cx, 2, t));
+  return ew_finish(cx, SUB(ew_operand(cx, 1, t), s));
+}
