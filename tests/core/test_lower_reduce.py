@@ -218,3 +218,26 @@ def test_new_correction_and_p_are_cache_hits(c):
     after = c.stats()
     assert after.fast_misses == before.fast_misses
     assert after.fast_hits - before.fast_hits == 5
+
+
+def test_nansum_aminmax_median(c):
+    x = rnd(4, 7, lo=-5, hi=5)
+    x[1, 3] = NAN
+    c.check("aten::nansum", x)
+    c.check("aten::nansum", x, [1], keepdim=True)
+    c.check("aten::nansum", x.to(BF16), [0])
+    c.check("aten::aminmax", x)
+    c.check("aten::aminmax", x, dim=1)
+    c.check("aten::aminmax", rnd(3, 4, dtype=I64, lo=-9, hi=9), dim=0, keepdim=True)
+    y = torch.randperm(60).reshape(3, 4, 5).float()  # no ties: indices are unique
+    c.check("aten::median", y)
+    c.check("aten::median", rnd(6, lo=-3, hi=3))
+    c.check("aten::median", x)  # NaN
+    for d in (0, 1, -1):
+        c.check("aten::median.dim", y, d)
+    c.check("aten::median.dim", y, 1, True)
+    c.check("aten::median.dim", torch.tensor([[1.0, NAN, 3.0, NAN], [4.0, 2.0, 3.0, 1.0]]), 1)
+    c.check("aten::median.dim", torch.randperm(12).reshape(3, 4), 1)
+    c.check("aten::median.dim", y.to(BF16), 2)
+    c.check("aten::median.dim_values", y, 0, values=torch.empty(4, 5),
+            indices=torch.empty(4, 5, dtype=I64))

@@ -1,6 +1,6 @@
-/* reduce.c — lowerings of PyTorch's reductions and scans: sum, mean, prod,
- * amax/amin, max/min (whole tensor, or along a dim with indices),
- * argmax/argmin, var/std and var_mean/std_mean (runtime correction), norm and
+/* reduce.c — lowerings of PyTorch's reductions and scans: sum, nansum, mean,
+ * prod, amax/amin/aminmax, max/min (whole tensor, or along a dim with
+ * indices), median (from a stable sort), argmax/argmin, var/std and var_mean/std_mean (runtime correction), norm and
  * linalg_vector_norm (runtime order p), all/any, logsumexp, count_nonzero,
  * and cumsum/cumprod (as windowed reductions).
  *
@@ -102,7 +102,17 @@ static tpuc_status *rd_mean_all(tpuc_lower_ctx *cx) { return accumulate(cx, -1, 
 static tpuc_status *rd_prod_dim(tpuc_lower_ctx *cx) { return accumulate(cx, 1, IR_RED_PROD, false); }
 static tpuc_status *rd_prod_all(tpuc_lower_ctx *cx) { return accumulate(cx, -1, IR_RED_PROD, false); }
 
-/* ---- max, min, argmax, argmin ---- */
+static tpuc_status *rd_nansum(tpuc_lower_ctx *cx) { /* (self, dim?, keepdim, *, dtype?) */
+  ir_graph *g = cx->g;
+  tv x = self_acc(cx);
+  x = ir_select(g, ew_isnan(g, x), ew_splat(g, x, 0.0), x);
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, 1, ir_type_of(g, x).ndim, dims);
+  put(cx, 0, reduce(g, x, IR_RED_SUM, dims, n));
+  return NULL;
+}
+
+/* ---- max, min, argmax, argmin, median ---- */
 
 static tpuc_status *extreme_op(tpuc_lower_ctx *cx, int dims_arg, bool is_max) {
   tv x = lx_tensor(cx, 0);
@@ -110,6 +120,16 @@ static tpuc_status *extreme_op(tpuc_lower_ctx *cx, int dims_arg, bool is_max) {
   int64_t dims[TPUC_MAX_DIMS];
   int n = dims_of(cx, dims_arg, ir_type_of(cx->g, x).ndim, dims);
   put(cx, 0, extreme(cx->g, x, is_max, dims, n));
+  return NULL;
+}
+
+static tpuc_status *rd_aminmax(tpuc_lower_ctx *cx) { /* (self, *, dim?, keepdim) -> (min, max) */
+  tv x = lx_tensor(cx, 0);
+  if (ir_is_complex(ir_type_of(cx->g, x).dtype)) return lx_unimplemented(cx, "complex input");
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, 1, ir_type_of(cx->g, x).ndim, dims);
+  put(cx, 0, extreme(cx->g, x, false, dims, n));
+  put(cx, 1, extreme(cx->g, x, true, dims, n));
   return NULL;
 }
 
@@ -168,6 +188,64 @@ static tpuc_status *arg_op(tpuc_lower_ctx *cx, bool is_max) { /* (self, dim?, ke
 
 static tpuc_status *rd_argmax(tpuc_lower_ctx *cx) { return arg_op(cx, true); }
 static tpuc_status *rd_argmin(tpuc_lower_ctx *cx) { return arg_op(cx, false); }
+
+/* The lower median of x along dim (rank >= 1) and its index, from a stable
+ * sort; a NaN in the row makes it NaN, at the first NaN's index. */
+static void median_along(ir_graph *g, tv x, int dim, tv *values, tv *indices) {
+  tpuc_dtype d = ir_type_of(g, x).dtype;
+  if (d == TPUC_PRED) x = ir_convert(g, x, TPUC_S32);
+  ir_type t = ir_type_of(g, x);
+  tv sorted, perm;
+  ir_sort(g, x, dim, false, &sorted, &perm);
+  int64_t lo[TPUC_MAX_DIMS] = {0}, hi[TPUC_MAX_DIMS], st[TPUC_MAX_DIMS];
+  for (int k = 0; k < t.ndim; k++) {
+    hi[k] = t.dims[k];
+    st[k] = 1;
+  }
+  lo[dim] = (t.dims[dim] - 1) / 2;
+  hi[dim] = lo[dim] + 1;
+  int64_t dd = dim;
+  tv v = ir_reduce(g, ir_slice(g, sorted, lo, hi, st), ew_reduce_init(g, t.dtype, IR_RED_SUM),
+                   IR_RED_SUM, &dd, 1);
+  tv i = ir_reduce(g, ir_slice(g, perm, lo, hi, st), ew_reduce_init(g, TPUC_S64, IR_RED_SUM),
+                   IR_RED_SUM, &dd, 1);
+  if (ir_is_float(t.dtype)) {
+    tv nan_v, nan_i, isnan = ir_convert(g, ew_isnan(g, x), TPUC_S32);
+    ir_argreduce(g, isnan, dim, true, TPUC_S64, &nan_v, &nan_i);
+    tv has_nan = ir_compare(g, IR_NE, nan_v, ir_splat(g, ir_type_of(g, nan_v), 0));
+    v = ir_select(g, has_nan, ew_splat(g, v, NAN), v);
+    i = ir_select(g, has_nan, nan_i, i);
+  }
+  *values = ir_convert(g, v, d);
+  *indices = i;
+}
+
+static tpuc_status *rd_median_all(tpuc_lower_ctx *cx) { /* (self) */
+  ir_graph *g = cx->g;
+  tv x = lx_tensor(cx, 0), v, i;
+  ir_type t = ir_type_of(g, x);
+  int64_t numel = ir_numel(&t);
+  if (ir_is_complex(t.dtype) || numel == 0) return lx_unimplemented(cx, "input");
+  median_along(g, ir_reshape(g, x, 1, &numel), 0, &v, &i);
+  put(cx, 0, v);
+  return NULL;
+}
+
+static tpuc_status *rd_median_dim(tpuc_lower_ctx *cx) { /* (self, dim, keepdim) */
+  ir_graph *g = cx->g;
+  tv x = lx_tensor(cx, 0), v, i;
+  ir_type t = ir_type_of(g, x);
+  if (ir_is_complex(t.dtype) || ir_numel(&t) == 0) return lx_unimplemented(cx, "input");
+  if (t.ndim == 0) {
+    v = x;
+    i = ir_splat(g, ir_scalar_type(TPUC_S64), 0);
+  } else {
+    median_along(g, x, (int)lx_dim(lx_int(cx, 1, 0), t.ndim), &v, &i);
+  }
+  put(cx, 0, v);
+  put(cx, 1, i);
+  return NULL;
+}
 
 /* ---- var, std ---- */
 
@@ -321,6 +399,10 @@ const tpuc_lowering tpuc_lowerings_reduce[] = {
     E("mean", rd_mean_all), E("mean.dtype_out", rd_mean_all),
     E("prod.dim_int", rd_prod_dim), E("prod.int_out", rd_prod_dim),
     E("prod", rd_prod_all), E("prod.out", rd_prod_all),
+    E("nansum", rd_nansum), E("nansum.out", rd_nansum),
+    E("aminmax", rd_aminmax), E("aminmax.out", rd_aminmax),
+    E("median", rd_median_all), E("median.out", rd_median_all),
+    E("median.dim", rd_median_dim), E("median.dim_values", rd_median_dim),
     E("amax", rd_amax), E("amax.out", rd_amax),
     E("amin", rd_amin), E("amin.out", rd_amin),
     E("max", rd_max_all), E("max.unary_out", rd_max_all),
