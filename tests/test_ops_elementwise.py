@@ -141,7 +141,10 @@ def test_clamp():
 @pytest.mark.parametrize("act", [F.relu, F.gelu, lambda x: F.gelu(x, approximate="tanh"), F.silu,
                                  F.elu, lambda x: F.leaky_relu(x, 0.2), F.softplus, F.hardtanh,
                                  F.hardsigmoid, F.hardswish, F.mish, torch.sigmoid, torch.tanh,
-                                 lambda x: F.threshold(x, 0.1, -1.0)])
+                                 lambda x: F.threshold(x, 0.1, -1.0), F.logsigmoid,
+                                 F.softshrink, F.hardshrink, F.celu,
+                                 lambda x: torch.logit(torch.sigmoid(x), eps=1e-3),
+                                 lambda x: torch.lgamma(x.abs() + 0.5)])
 def test_activations_forward_and_backward(act):
     x = r(4, 6, lo=-4, hi=4)
     g = torch.randn(4, 6)

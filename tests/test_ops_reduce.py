@@ -58,6 +58,11 @@ def test_logical_logsumexp_scans():
     same(lambda x: (torch.count_nonzero(x.round()), torch.count_nonzero(x.round(), (0, 1))), x)
 
 
+def test_nansum_aminmax_median():
+    x = torch.randperm(20).reshape(4, 5).float()
+    same(lambda x: (x.median(), *x.median(1), *torch.aminmax(x, dim=0), x.nansum(1)), x)
+
+
 @pytest.mark.parametrize("fn", [lambda x: x.sum(1), lambda x: x.mean(), lambda x: x.var(0),
                                 lambda x: x.norm(dim=1), lambda x: x.amax(1),
                                 lambda x: torch.logsumexp(x, 1), lambda x: x.cumsum(1),
