@@ -402,17 +402,17 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
       if (v.isTensorList()) {
         ts = v.toTensorVector();
       } else {
-        for (const auto& t : v.toOptionalTensorVector()) {
-          if (!t.has_value() || !t->defined()) throw NotNative{};  // no "None" inside TENSORS
-          ts.push_back(*t);
-        }
+        for (const auto& t : v.toOptionalTensorVector()) ts.push_back(t.value_or(at::Tensor()));
       }
       a.kind = TPUC_ARG_TENSORS;
       a.tensors.first = static_cast<int>(call.tensors.size());
       a.tensors.count = static_cast<int>(ts.size());
       for (const at::Tensor& t : ts) {
-        if (!t.defined()) throw NotNative{};
-        add_tensor(t, call);
+        if (t.defined()) {
+          add_tensor(t, call);
+        } else {  // None in a Tensor?[] (x[:, idx]): an absent tensor
+          call.tensors.push_back(tpuc_tensor{});
+        }
       }
       return a;
     }
@@ -490,11 +490,10 @@ int aliased_argument(const c10::FunctionSchema& schema, const c10::AliasInfo& al
 }
 
 // An output of the call. An undefined result (a gradient output_mask did not
-// ask for) is no output at all: the lowering reads the mask.
+// ask for) keeps its position as an absent tensor (NULL storage).
 void add_output(const at::Tensor& t, NativeCall& call) {
-  if (!t.defined()) return;
   tpuc_tensor d{};
-  if (!describe(t, &d)) throw NotNative{};
+  if (t.defined() && !describe(t, &d)) throw NotNative{};
   call.outputs.push_back(d);
 }
 
@@ -568,8 +567,8 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
       }
     for (size_t j = 0; j < nargs; ++j) {
       if (returned[j] || !info.writes(j)) continue;
-      const c10::IValue& v = (*stack)[begin + j];
-      if (v.isTensor()) add_output(v.toTensor(), call);
+      const c10::IValue& v = (*stack)[begin + j];  // None: nothing to write
+      if (v.isTensor() && v.toTensor().defined()) add_output(v.toTensor(), call);
       if (v.isTensorList())
         for (const at::Tensor& t : v.toTensorVector()) add_output(t, call);
     }
