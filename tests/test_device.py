@@ -208,3 +208,18 @@ def test_launch_blocking_switch() -> None:
         assert (torch.ones(3, device="tpu") + 1).sum().item() == 6.0
     finally:
         torch.tpu.set_launch_blocking(before)
+
+
+def test_autocast() -> None:
+    a = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+    x = a.to("tpu").requires_grad_()
+    with torch.autocast("tpu", dtype=torch.bfloat16):
+        y = x @ x  # lower precision
+        z = torch.softmax(y, -1)  # fp32
+        w = x + 1  # untouched
+    assert (y.dtype, z.dtype, w.dtype) == (torch.bfloat16, torch.float32, torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = torch.softmax(a @ a, -1)
+    torch.testing.assert_close(z.cpu(), ref, rtol=1e-2, atol=1e-2)
+    z.sum().backward()
+    assert x.grad.dtype == torch.float32 and x.grad.device.type == "tpu"
