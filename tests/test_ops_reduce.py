@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tpuc  # noqa: F401  (registers "tpu")
-from test_ops_elementwise import _fallbacks, _new_fallbacks, r, same
+from test_ops_elementwise import _fallbacks, _new_fallbacks, r, same, seeded  # noqa: F401
 
 DEV = "tpu"
 BF16, I64 = torch.bfloat16, torch.int64

@@ -155,3 +155,15 @@ def test_randperm(c):
     p32 = c.run("aten::randperm.generator_out", 500, out=torch.empty(500, dtype=I32), rng=(28, 0))
     assert torch.equal(p32.sort().values, torch.arange(500, dtype=I32))
     assert not torch.equal(p32, torch.arange(500, dtype=I32))
+
+
+def test_complex_outputs(c):
+    x = c.run("aten::normal_", torch.empty(N, dtype=torch.complex64), 2.0, 3.0, rng=(29, 0))
+    for part in (x.real.double(), x.imag.double()):  # both parts: mean 2, std 3/sqrt(2)
+        close(part.mean(), 2.0, 0.03)
+        close(part.std(), 3 / math.sqrt(2), 0.03)
+    close((x.real * x.imag).double().mean() - 4.0, 0.0, 0.05)  # independent parts
+    u = c.run("aten::uniform_", torch.empty(N, dtype=torch.complex128), 1.0, 3.0, rng=(30, 0))
+    for part in (u.real, u.imag):
+        assert part.min() >= 1 and part.max() < 3
+        close(part.mean(), 2.0, 0.02)

@@ -1,9 +1,9 @@
 /* elementwise_special.c — the less common elementwise ops that still reach
  * the device: special functions (lgamma, digamma, sinc, logit), angle
- * conversions, signbit, fmax/fmin, heaviside, logaddexp2, ldexp, bit shifts,
- * rsub, and the shrink/celu/log-sigmoid activations with their backwards.
- * Formulas follow PyTorch's CPU kernels; the elementwise table in
- * elementwise.c lists these functions. */
+ * conversions, signbit, isposinf/isneginf, fmax/fmin, heaviside, logaddexp2,
+ * ldexp, bit shifts, rsub, and the shrink/celu/log-sigmoid activations with
+ * their backwards. Formulas follow PyTorch's CPU kernels; the elementwise
+ * table in elementwise.c lists these functions. */
 #include <math.h>
 
 #include "elementwise.h"
@@ -31,6 +31,12 @@ static tv u_sinc(ir_graph *g, tv x) { /* sin(pi x) / (pi x), 1 at 0 */
 static tv u_deg2rad(ir_graph *g, tv x) { return MUL(x, K(PI / 180.0)); }
 static tv u_rad2deg(ir_graph *g, tv x) { return MUL(x, K(180.0 / PI)); }
 static tv u_signbit(ir_graph *g, tv x) { return ew_signbit(g, x); }
+static tv is_inf_signed(ir_graph *g, tv x, double inf) {
+  if (!ir_is_float(ir_type_of(g, x).dtype)) return ir_convert(g, K(0), TPUC_PRED);
+  return CMP(IR_EQ, x, K(inf));
+}
+static tv u_isposinf(ir_graph *g, tv x) { return is_inf_signed(g, x, INFINITY); }
+static tv u_isneginf(ir_graph *g, tv x) { return is_inf_signed(g, x, -INFINITY); }
 
 tpuc_status *ew_lgamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_LGAMMA, NULL); }
 tpuc_status *ew_digamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_DIGAMMA, NULL); }
@@ -43,6 +49,13 @@ tpuc_status *ew_rad2deg(tpuc_lower_ctx *cx) {
 }
 tpuc_status *ew_signbit_op(tpuc_lower_ctx *cx) {
   return ew_unary(cx, EW_EXACT, IR_UNARY_COUNT, u_signbit);
+}
+
+tpuc_status *ew_isposinf(tpuc_lower_ctx *cx) {
+  return ew_unary(cx, EW_EXACT, IR_UNARY_COUNT, u_isposinf);
+}
+tpuc_status *ew_isneginf(tpuc_lower_ctx *cx) {
+  return ew_unary(cx, EW_EXACT, IR_UNARY_COUNT, u_isneginf);
 }
 
 #define SELF_OR_FAIL(flags)                                     \

@@ -72,17 +72,38 @@ static tv normals(ir_graph *g, tv state, ir_type t) {
   return ir_binary(g, IR_MUL, r, ir_unary(g, IR_COS, theta));
 }
 
-/* The output's type in the dtype random values are computed in. */
+/* The type random values are computed in: the output's shape in f32 (f64
+ * for 64-bit outputs); for a complex output, its real and imaginary parts
+ * as one flat array of twice its elements. */
 static ir_type draw_type(const tpuc_lower_ctx *cx) {
-  tpuc_dtype d = cx->out_types[0].dtype;
-  return ew_out_as(cx, d == TPUC_F64 ? TPUC_F64 : TPUC_F32);
+  ir_type o = cx->out_types[0];
+  bool wide = o.dtype == TPUC_F64 || o.dtype == TPUC_C128;
+  if (ir_is_complex(o.dtype)) {
+    int64_t n = 2 * ir_numel(&o);
+    return ir_make_type(wide ? TPUC_F64 : TPUC_F32, 1, &n);
+  }
+  return ew_out_as(cx, wide ? TPUC_F64 : TPUC_F32);
 }
 
-#define NEED_STATE(arg)                                                     \
-  ir_graph *g = cx->g;                                                      \
-  tv state = rng_state(cx, (arg));                                          \
-  if (state == IR_NONE) return lx_unimplemented(cx, "no generator state");  \
-  if (ir_is_complex(cx->out_types[0].dtype)) return lx_unimplemented(cx, "complex output");
+/* A value of draw_type as the output's values: pairs become re + i im. */
+static tv as_output(const tpuc_lower_ctx *cx, tv v) {
+  ir_graph *g = cx->g;
+  ir_type o = cx->out_types[0];
+  if (!ir_is_complex(o.dtype)) return v;
+  int64_t n = ir_numel(&o), st = 1, lo[2] = {0, n}, hi[2] = {n, 2 * n};
+  tv re = ir_reshape(g, ir_slice(g, v, &lo[0], &hi[0], &st), o.ndim, o.dims);
+  tv im = ir_reshape(g, ir_slice(g, v, &lo[1], &hi[1], &st), o.ndim, o.dims);
+  return ir_binary(g, IR_COMPLEX, re, im);
+}
+
+/* The generator state arg; complex outputs only where `complex_ok`. */
+#define STATE(arg, complex_ok)                                                   \
+  ir_graph *g = cx->g;                                                           \
+  tv state = rng_state(cx, (arg));                                               \
+  if (state == IR_NONE) return lx_unimplemented(cx, "no generator state");       \
+  if (!(complex_ok) && ir_is_complex(cx->out_types[0].dtype))                    \
+    return lx_unimplemented(cx, "complex output");
+#define NEED_STATE(arg) STATE(arg, false)
 
 /* arg i as a value of type t, or the constant dflt when absent. */
 static tv arg_or(const tpuc_lower_ctx *cx, int i, ir_type t, double dflt) {
@@ -91,22 +112,30 @@ static tv arg_or(const tpuc_lower_ctx *cx, int i, ir_type t, double dflt) {
 
 /* ---- continuous distributions ---- */
 
-static tpuc_status *rn_uniform(tpuc_lower_ctx *cx) { /* (self, from=0, to=1, *, gen) */
-  NEED_STATE(3)
+/* (self, from=0, to=1, *, gen); complex: both parts uniform, as PyTorch */
+static tpuc_status *rn_uniform(tpuc_lower_ctx *cx) {
+  STATE(3, true)
   ir_type t = draw_type(cx);
   tv u;
   uniforms(g, state, t, 1, &u, cx->out_types[0].dtype);
   tv from = arg_or(cx, 1, t, 0.0), to = arg_or(cx, 2, t, 1.0);
-  return ew_finish(cx, ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, u, ir_binary(g, IR_SUB, to, from)), from));
+  tv r = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, u, ir_binary(g, IR_SUB, to, from)), from);
+  return ew_finish(cx, as_output(cx, r));
 }
 
-/* mean + std * N(0, 1): mean and std are args (scalars or tensors). */
+/* mean + std * N(0, 1): mean and std are args (scalars or tensors). A
+ * complex output draws both parts with std / sqrt(2), as PyTorch. */
 static tpuc_status *normal_at(tpuc_lower_ctx *cx, int mean_arg, int std_arg, int gen_arg) {
-  NEED_STATE(gen_arg)
+  STATE(gen_arg, true)
+  bool cplx = ir_is_complex(cx->out_types[0].dtype);
+  if (cplx && (lx_tensor_desc(cx, mean_arg) || lx_tensor_desc(cx, std_arg)))
+    return lx_unimplemented(cx, "complex output with tensor mean or std");
   ir_type t = draw_type(cx);
   tv z = normals(g, state, t);
-  tv r = ir_binary(g, IR_MUL, arg_or(cx, std_arg, t, 1.0), z);
-  return ew_finish(cx, ir_binary(g, IR_ADD, arg_or(cx, mean_arg, t, 0.0), r));
+  tv std = arg_or(cx, std_arg, t, 1.0);
+  if (cplx) std = ir_binary(g, IR_MUL, std, ir_splat(g, t, 0.70710678118654752440));
+  tv r = ir_binary(g, IR_ADD, arg_or(cx, mean_arg, t, 0.0), ir_binary(g, IR_MUL, std, z));
+  return ew_finish(cx, as_output(cx, r));
 }
 
 static tpuc_status *rn_normal_(tpuc_lower_ctx *cx) { return normal_at(cx, 1, 2, 3); }
