@@ -425,3 +425,17 @@ def test_shifts(c, dtype):
     c.check("aten::__rshift__.Scalar", a, 1)
     c.check("aten::bitwise_left_shift.Scalar_Tensor", 3, s)
     c.check("aten::__irshift__.Tensor", a.clone(), s)
+
+
+def test_complex_helpers(c):
+    z = torch.randn(3, 4, dtype=torch.complex64)
+    c.check("aten::_conj_physical", z)
+    c.check("aten::conj_physical_", z.clone())
+    c.check("aten::conj_physical.out", z, out=torch.empty(3, 4, dtype=torch.complex64))
+    c.check("aten::_conj_physical", rnd(3))
+    c.check("aten::angle", z)
+    c.check("aten::angle", torch.tensor([-1.0, 0.0, 2.0, float("nan"), -0.0]))
+    c.check("aten::angle", rnd(4, dtype=I64, lo=-2, hi=2))
+    c.check("aten::complex", rnd(3, 4), rnd(4, seed=1))
+    c.check("aten::complex", rnd(3, dtype=F64), rnd(3, dtype=F64, seed=1))
+    c.check("aten::polar", rnd(3, 4, lo=0, hi=2), rnd(3, 4, seed=1, lo=-3, hi=3))

@@ -104,7 +104,8 @@ tv ew_reduce_init(ir_graph *g, tpuc_dtype d, ir_reducer r);
   X(ew_logit) X(ew_logit_backward) X(ew_celu) X(ew_softshrink) X(ew_hardshrink)                \
   X(ew_shrink_backward) X(ew_log_sigmoid_forward) X(ew_log_sigmoid_backward) X(ew_fmax)         \
   X(ew_fmin) X(ew_heaviside) X(ew_logaddexp2) X(ew_ldexp) X(ew_shift_left) X(ew_shift_right)    \
-  X(ew_rsub) X(ew_isposinf) X(ew_isneginf)
+  X(ew_rsub) X(ew_isposinf) X(ew_isneginf) X(ew_conj_physical) X(ew_angle) X(ew_complex)       \
+  X(ew_polar)
 
 #define EW_DECLARE(fn) tpuc_status *fn(tpuc_lower_ctx *cx);
 EW_UNARY_FNS(EW_DECLARE)

@@ -1,9 +1,10 @@
 /* elementwise_special.c — the less common elementwise ops that still reach
  * the device: special functions (lgamma, digamma, sinc, logit), angle
  * conversions, signbit, isposinf/isneginf, fmax/fmin, heaviside, logaddexp2,
- * ldexp, bit shifts, rsub, and the shrink/celu/log-sigmoid activations with
- * their backwards. Formulas follow PyTorch's CPU kernels; the elementwise
- * table in elementwise.c lists these functions. */
+ * ldexp, bit shifts, rsub, complex numbers (conj_physical, angle, complex,
+ * polar), and the shrink/celu/log-sigmoid activations with their backwards.
+ * Formulas follow PyTorch's CPU kernels; the elementwise table in
+ * elementwise.c lists these functions. */
 #include <math.h>
 
 #include "elementwise.h"
@@ -57,6 +58,43 @@ tpuc_status *ew_isposinf(tpuc_lower_ctx *cx) {
 tpuc_status *ew_isneginf(tpuc_lower_ctx *cx) {
   return ew_unary(cx, EW_EXACT, IR_UNARY_COUNT, u_isneginf);
 }
+
+/* ---- complex numbers ---- */
+
+static tv u_conj(ir_graph *g, tv x) {
+  if (!ir_is_complex(ir_type_of(g, x).dtype)) return x;
+  return ir_binary(g, IR_COMPLEX, U(IR_REAL, x), U(IR_NEG, U(IR_IMAG, x)));
+}
+
+static tv u_angle(ir_graph *g, tv x) { /* real: pi below 0, else 0; NaN stays */
+  if (ir_is_complex(ir_type_of(g, x).dtype))
+    return ir_binary(g, IR_ATAN2, U(IR_IMAG, x), U(IR_REAL, x));
+  return SEL(ew_isnan(g, x), x, SEL(CMP(IR_LT, x, K(0)), K(PI), K(0)));
+}
+
+tpuc_status *ew_conj_physical(tpuc_lower_ctx *cx) {
+  return ew_unary(cx, EW_EXACT | EW_COMPLEX, IR_UNARY_COUNT, u_conj);
+}
+tpuc_status *ew_angle(tpuc_lower_ctx *cx) {
+  return ew_unary(cx, EW_FLOAT | EW_COMPLEX, IR_UNARY_COUNT, u_angle);
+}
+
+/* complex(real, imag) and polar(abs, angle): float operands of one dtype */
+static tpuc_status *make_complex(tpuc_lower_ctx *cx, bool polar) {
+  tpuc_dtype o = cx->out_types[0].dtype;
+  if (!ir_is_complex(o)) return lx_unimplemented(cx, "output dtype");
+  ir_graph *g = cx->g;
+  ir_type t = ew_out_as(cx, o == TPUC_C64 ? TPUC_F32 : TPUC_F64);
+  tv a = ew_operand(cx, 0, t), b = ew_operand(cx, 1, t);
+  if (polar) {
+    tv re = MUL(a, U(IR_COS, b));
+    b = MUL(a, U(IR_SIN, b));
+    a = re;
+  }
+  return ew_finish(cx, ir_binary(g, IR_COMPLEX, a, b));
+}
+tpuc_status *ew_complex(tpuc_lower_ctx *cx) { return make_complex(cx, false); }
+tpuc_status *ew_polar(tpuc_lower_ctx *cx) { return make_complex(cx, true); }
 
 #define SELF_OR_FAIL(flags)                                     \
   ir_graph *g = cx->g;                                          \
