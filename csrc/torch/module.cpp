@@ -53,6 +53,12 @@ py::dict runtime_stats() {
   d["flushes"] = os.flushes;
   d["chunk_hits"] = os.chunk_hits;
   d["chunk_misses"] = os.chunk_misses;
+  d["disk_hits"] = rs.disk_hits;
+  d["disk_misses"] = rs.disk_misses;
+  d["disk_writes"] = rs.disk_writes;
+  d["disk_corrupt"] = rs.disk_corrupt;
+  d["disk_evictions"] = rs.disk_evictions;
+  d["load_seconds"] = rs.load_seconds;
   return d;
 }
 
@@ -144,6 +150,17 @@ PYBIND11_MODULE(_C, m) {
         py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
   m.def("_native_enabled", &native_enabled);
   m.def("_set_native_enabled", &set_native_enabled);
+  // Execution modes of the core (strict, debug, fused, graph): tpuc/eager.py.
+  m.def("_set_mode", [](int mode) {
+    check(tpuc_set_mode(runtime(), static_cast<tpuc_mode>(mode)), "switching the eager mode");
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("_get_mode", [] {
+    tpuc_runtime* rt = runtime_or_null();
+    return rt ? static_cast<int>(tpuc_get_mode(rt)) : 0;
+  });
+  m.def("_flush", [](int device) {
+    if (tpuc_runtime* rt = runtime_or_null()) check(tpuc_flush(rt, device), "running fused ops");
+  }, py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
 
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(generator(device)));

@@ -43,6 +43,14 @@ def _register() -> None:
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _registered = True
+    from . import dynamo, eager
+
+    if os.environ.get("TPUC_EAGER"):
+        eager.apply_environment()
+    try:
+        dynamo.register()  # torch.compile(backend="tpu")
+    except Exception as e:  # dynamo unavailable: eager use is unaffected
+        warnings.warn(f"tpuc: torch.compile backend 'tpu' not registered: {e}", RuntimeWarning)
 
 
 def _autoload() -> None:

@@ -293,10 +293,17 @@ def set_launch_blocking(on: bool) -> None:
 
 
 def stats() -> dict[str, Any]:
-    """tpuc's counters: executions, compiles, cache hits/misses, compile seconds,
-    the op engine's signature cache (fast_hits/fast_misses) and ``fallbacks``:
-    op name -> number of times it ran on the CPU instead of the device."""
+    """tpuc's counters: executions, compiles, cache hits/misses (memory tier),
+    disk_hits/disk_misses/disk_writes/disk_corrupt/disk_evictions (disk tier),
+    compile and load seconds, the op engine's signature cache
+    (fast_hits/fast_misses), fused execution (recorded_ops, flushes,
+    chunk_hits/chunk_misses), graphs compiled by torch.compile
+    (dynamo_compiles) and ``fallbacks``: op name -> number of times it ran on
+    the CPU instead of the device."""
+    from . import dynamo
+
     out: dict[str, Any] = dict(_C._runtime_stats())
+    out["dynamo_compiles"] = dynamo.graphs_compiled()
     out["fallbacks"] = dict(_C._fallback_counts())
     return out
 
@@ -305,3 +312,5 @@ def reset_stats() -> None:
     """Forgets the fallback counts (the core's counters are cumulative)."""
     _C._reset_fallback_counts()
 
+
+from .eager import eager_mode, flush, get_eager_mode, set_eager_mode  # noqa: E402,F401
