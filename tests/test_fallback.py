@@ -153,3 +153,14 @@ def test_random_ops_on_the_fallback_follow_the_tpu_generator() -> None:
         assert int.from_bytes(bytes(state[8:].tolist()), "little") == 200  # 2 x 100 draws
     finally:
         _C._set_native_enabled(before)
+
+
+def test_the_warning_says_why() -> None:
+    x = torch.tensor([1.0, 0.0, 2.0], device="tpu")
+    _C._reset_fallback_counts()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        torch.nonzero(x)
+    msgs = [str(m.message) for m in w if "aten::nonzero" in str(m.message)]
+    assert len(msgs) == 1, msgs
+    assert "runs on the CPU (" in msgs[0] and "TPUC_FALLBACK" in msgs[0]

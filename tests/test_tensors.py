@@ -198,3 +198,23 @@ def test_untyped_storage_copies() -> None:
     assert c.data_ptr() != s.data_ptr()
     y = torch.empty(0, device="tpu").set_(c).view(4, 6)
     assert torch.equal(y.cpu(), a)
+
+
+def test_lazy_conjugate_and_negative_views(native: bool) -> None:
+    a = torch.tensor([[1 + 2j, 3 - 1j], [-2 + 0.5j, 1j]], dtype=torch.complex64)
+    x = a.to("tpu")
+    c = x.conj()
+    assert c.is_conj()
+    assert_same(c.resolve_conj(), a.conj().resolve_conj())
+    assert_same(c.clone(), a.conj().clone())
+    assert_same(c @ x, a.conj() @ a)  # mm takes conjugated inputs as they are
+    assert_same(x.mH @ x, a.mH @ a)
+    y = torch.empty(2, 2, dtype=torch.complex64, device="tpu")
+    y.copy_(c)
+    assert_same(y, a.conj().resolve_conj())
+    assert c[1, 0].item() == a.conj()[1, 0].item()
+    n = torch.view_as_real(x).neg()  # a real negation, for comparison
+    assert_same(n, torch.view_as_real(a).neg())
+    g = x.clone().requires_grad_()
+    (g * g.conj()).real.sum().backward()  # complex gradients go through conj views
+    assert_same(g.grad, 2 * a)

@@ -11,6 +11,8 @@
 #include "tpuc_torch.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/conj_physical.h>
+#include <ATen/ops/neg.h>
 #include <c10/core/TensorOptions.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -71,6 +73,14 @@ void upload_bytes(tpuc_storage* s, c10::ScalarType dtype, const void* data, size
   check(tpuc_storage_upload(s, dt, dims, 1, data), "copying to the device");
 }
 
+// The same view of the same storage, without the conjugate / negative bits.
+at::Tensor without_math_bits(const at::Tensor& t) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(t.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
 at::Tensor empty_host(c10::IntArrayRef sizes, c10::ScalarType dtype) {
   return at::Tensor(at::detail::empty_cpu(sizes, dtype));
 }
@@ -126,7 +136,18 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(self.layout() == c10::kStrided && dst.layout() == c10::kStrided,
               "tpuc: copies to and from tpu need strided tensors");
   if (src_dev && dst_dev) {
-    if (self.device() == dst.device() && core_copy(dst, self)) return dst;
+    if (self.device() == dst.device()) {
+      if (core_copy(dst, self)) return dst;
+      // A lazily conjugated or negated source (x.conj(), autograd's complex
+      // gradients): copy its data, then conjugate / negate on the device.
+      if ((self.is_conj() || self.is_neg()) && !dst.is_conj() && !dst.is_neg() &&
+          core_copy(dst, without_math_bits(self))) {
+        at::Tensor d = dst;  // in place through the out= forms (conj_physical_ calls a CPU stub)
+        if (self.is_conj() && d.is_complex()) at::conj_physical_out(d, d);
+        if (self.is_neg()) at::neg_out(d, d);
+        return dst;
+      }
+    }
     copy_to_device(dst, host_view(self));
   } else if (dst_dev) {
     copy_to_device(dst, self);
@@ -184,4 +205,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(tpuc_torch::copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(tpuc_torch::copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(tpuc_torch::local_scalar_dense));
+}
+
+// Copies see the conjugate and negative bits themselves (host_view keeps
+// them; the core's copy is not used for such tensors). Without this, the
+// math-bit fallbacks would resolve the source with clone(), which copies
+// through _copy_from again: endless recursion.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }

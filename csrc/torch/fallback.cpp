@@ -191,17 +191,18 @@ at::Generator tpu_generator(const c10::IValue& v, c10::DeviceIndex device) {
   return at::Generator();
 }
 
-void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
+void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
+                const std::string& why) {
   FallbackPolicy policy = fallback_policy();
   TORCH_CHECK(policy != FallbackPolicy::Error, "tpuc: ", info.name,
-              " has no lowering for these arguments on the device and TPUC_FALLBACK=error forbids "
-              "running it on the CPU. Unset TPUC_FALLBACK to let it run on the CPU (counted in "
+              " cannot run on the device (", why, ") and TPUC_FALLBACK=error forbids running it "
+              "on the CPU. Unset TPUC_FALLBACK to let it run on the CPU (counted in "
               "torch.tpu.stats()['fallbacks']).");
   if (info.fallbacks.fetch_add(1) == 0 && policy == FallbackPolicy::Warn) {
-    TORCH_WARN("tpuc: ", info.name,
-               " has no lowering on the device yet; it runs on the CPU (correct, but slow: "
-               "data moves to the host and back). Counted in torch.tpu.stats()['fallbacks']; "
-               "TPUC_FALLBACK=error makes this an error, TPUC_FALLBACK=silent hides this warning.");
+    TORCH_WARN("tpuc: ", info.name, " runs on the CPU (", why,
+               "): correct, but slow, data moves to the host and back. Counted in "
+               "torch.tpu.stats()['fallbacks']; TPUC_FALLBACK=error makes this an error, "
+               "TPUC_FALLBACK=silent hides this warning.");
   }
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack->size() - nargs;
@@ -269,14 +270,16 @@ struct NativeCall {
   int device = -1;
 };
 
-struct NotNative {};  // thrown (internally) when the native path cannot take the call
+// Thrown (internally) when the native path cannot take the call; says why.
+struct NotNative {
+  std::string why;
+};
 
 // The Meta computation of one call.
 struct MetaState {
   torch::jit::Stack stack;   // the arguments' stand-ins, then the results
   int device = -1;           // the tpu device of the call
   bool cpu_tensors = false;  // a CPU tensor of rank > 0 among the arguments
-  bool math_bits = false;    // a tpu tensor with the conj or neg bit
 };
 
 // A tpu tensor's stand-in on the Meta device; CPU tensors stay (the Meta
@@ -291,7 +294,6 @@ at::Tensor to_meta(const at::Tensor& t, MetaState& ms) {
   if (ms.device < 0) ms.device = d;
   TORCH_CHECK(ms.device == d, "Expected all tensors to be on the same device, but found at "
               "least two devices, tpu:", ms.device, " and tpu:", d, "!");
-  if (t.is_conj() || t.is_neg()) ms.math_bits = true;
   return at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type()));
 }
 
@@ -349,8 +351,13 @@ int add_tensor(const at::Tensor& t, NativeCall& call) {
     dev = empty_tpu(t.sizes(), {}, t.scalar_type(), static_cast<c10::DeviceIndex>(call.device));
     dev.copy_(t);
     call.keep.push_back(dev);
+  } else if (t.is_conj() || t.is_neg()) {  // a lazy conj/neg (mm takes them): materialize
+    dev = t.resolve_conj().resolve_neg();
+    call.keep.push_back(dev);
   }
-  if (!describe(dev, &d)) throw NotNative{};
+  if (!describe(dev, &d))
+    throw NotNative{std::string("a tensor of dtype ") + c10::toString(t.scalar_type()) +
+                    " or rank " + std::to_string(t.dim()) + " the core cannot take"};
   call.tensors.push_back(d);
   return static_cast<int>(call.tensors.size() - 1);
 }
@@ -375,7 +382,7 @@ tpuc_arg scalar_arg(const c10::IValue& v) {
     a.scalar.re = c.real();
     a.scalar.im = c.imag();
   } else {
-    throw NotNative{};  // symbolic values never reach a real device
+    throw NotNative{"a symbolic scalar"};  // never on a real device
   }
   return a;
 }
@@ -417,7 +424,7 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
       return a;
     }
     case Kind::Int:
-      if (!v.isInt()) throw NotNative{};
+      if (!v.isInt()) throw NotNative{"a symbolic int"};
       a.kind = TPUC_ARG_INT;
       a.i = v.toInt();
       return a;
@@ -425,7 +432,7 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
     case Kind::Scalar:
       return scalar_arg(v);
     case Kind::Bool:
-      if (!v.isBool()) throw NotNative{};
+      if (!v.isBool()) throw NotNative{"a symbolic bool"};
       a.kind = TPUC_ARG_BOOL;
       a.i = v.toBool();
       return a;
@@ -437,7 +444,7 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
       } else if (v.isBoolList()) {
         for (bool b : v.toBoolList()) xs.push_back(b);
       } else {
-        throw NotNative{};
+        throw NotNative{"a symbolic int list"};
       }
       call.int_lists.push_back(std::move(xs));
       a.kind = kind == Kind::IntList ? TPUC_ARG_INTS : TPUC_ARG_BOOLS;
@@ -452,7 +459,7 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
       return a;
     case Kind::Generator: {
       at::Generator g = tpu_generator(v, static_cast<c10::DeviceIndex>(call.device));
-      if (!g.defined()) throw NotNative{};
+      if (!g.defined()) throw NotNative{"a generator of another device"};
       auto [seed, offset] = reserve_random(g, static_cast<uint64_t>(draws));
       a.kind = TPUC_ARG_RNG;
       a.rng.seed = seed;
@@ -464,7 +471,7 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
       a.i = v.toDevice().has_index() ? v.toDevice().index() : call.device;
       return a;
     default:
-      throw NotNative{};
+      throw NotNative{"an argument type the core has no tpuc_arg for (float[], ...)"};
   }
 }
 
@@ -493,12 +500,16 @@ int aliased_argument(const c10::FunctionSchema& schema, const c10::AliasInfo& al
 // ask for) keeps its position as an absent tensor (NULL storage).
 void add_output(const at::Tensor& t, NativeCall& call) {
   tpuc_tensor d{};
-  if (t.defined() && !describe(t, &d)) throw NotNative{};
+  if (t.defined() && !describe(t, &d))
+    throw NotNative{std::string("an output of dtype ") + c10::toString(t.scalar_type()) +
+                    ", rank " + std::to_string(t.dim()) + " or with a conj/neg bit"};
   call.outputs.push_back(d);
 }
 
-// Runs the op natively; false (stack untouched) when it must go to the CPU.
-bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack) {
+// Runs the op natively; false (stack untouched, `why` set) when it must go to
+// the CPU.
+bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
+                std::string& why) {
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
   const auto& rets = schema.returns();
@@ -508,7 +519,14 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   try {
     // 1. Metadata (and PyTorch's own argument errors) from the Meta kernel.
     MetaState ms;
-    if (!run_meta(op, *stack, ms) || ms.device < 0 || ms.math_bits) return false;
+    if (!run_meta(op, *stack, ms)) {
+      why = "no Meta kernel for these arguments (e.g. a data-dependent output shape)";
+      return false;
+    }
+    if (ms.device < 0) {
+      why = "no tpu tensor among its arguments";
+      return false;
+    }
     call.device = ms.device;
     const torch::jit::Stack& meta = ms.stack;
     TORCH_INTERNAL_ASSERT(meta.size() == rets.size());
@@ -543,6 +561,7 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
       } else if (m.isNone()) {
         results.push_back(m);
       } else {
+        why = "a non-tensor result";
         return false;
       }
     }
@@ -591,6 +610,7 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     c.noutputs = static_cast<int>(call.outputs.size());
     tpuc_status* st = tpuc_op_run(runtime(), &c, launch_blocking());
     if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
+      why = std::string("the lowering declined: ") + tpuc_status_message(st);
       tpuc_status_destroy(st);
       return false;
     }
@@ -599,7 +619,8 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     torch::jit::drop(*stack, nargs);
     for (auto& r : results) stack->push_back(std::move(r));
     return true;
-  } catch (const NotNative&) {
+  } catch (const NotNative& e) {
+    why = e.why;
     return false;
   }
 }
@@ -629,8 +650,15 @@ void check_same_device(const OpInfo& info, const torch::jit::Stack& stack, size_
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = info_for(op);
   check_same_device(info, *stack, op.schema().arguments().size());
-  if (info.native && native_enabled() && run_native(op, info, stack)) return;
-  run_on_cpu(op, info, stack);
+  std::string why;
+  if (!info.native) {
+    why = info.cpu_only ? "it returns a non-tensor value or a view" : "the core has no lowering";
+  } else if (!native_enabled()) {
+    why = "TPUC_NATIVE=0";
+  } else if (run_native(op, info, stack, why)) {
+    return;
+  }
+  run_on_cpu(op, info, stack, why);
 }
 
 }  // namespace
