@@ -44,17 +44,18 @@ def data(kind: str, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [out[i % 4] for i in range(steps)]
 
 
-def train(kind: str, device: str, steps: int) -> dict:
+def train(kind: str, device: str, steps: int, compiled: bool = False) -> dict:
     torch.manual_seed(0)
     model = (make_mlp() if kind == "mlp" else make_transformer()).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    run = torch.compile(model, backend="tpu") if compiled else model
     losses, compiles = [], []
     for x, y in data(kind, steps):
         x, y = x.to(device), y.to(device)
         if kind == "mlp":
-            loss = nn.functional.cross_entropy(model(x), y)
+            loss = nn.functional.cross_entropy(run(x), y)
         else:
-            _, loss = model(x, y)
+            _, loss = run(x, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -69,9 +70,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("kind", choices=["mlp", "transformer"])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--compile", action="store_true", help='torch.compile(backend="tpu") on tpu')
     args = ap.parse_args()
     ref = train(args.kind, "cpu", args.steps)
-    dev = train(args.kind, "tpu", args.steps)
+    dev = train(args.kind, "tpu", args.steps, compiled=args.compile)
     rel = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ref["losses"], dev["losses"])]
     pdiff = max(
         ((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item()
@@ -86,6 +88,10 @@ def main() -> int:
         "compiles_per_step": dev["compiles"],
         "fallbacks": stats.get("fallbacks", {}),
         "launch_blocking": os.environ.get("TPUC_LAUNCH_BLOCKING", "0"),
+        "eager_mode": torch.tpu.get_eager_mode(),
+        "dynamo_compiles": stats.get("dynamo_compiles"),
+        "chunk_hits": stats.get("chunk_hits"),
+        "flushes": stats.get("flushes"),
     }))
     return 0
 

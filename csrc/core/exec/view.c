@@ -143,82 +143,64 @@ static tv read_strided(ir_graph *g, tv flat, const tpuc_tensor *t) {
 /* The real type whose pairs make up complex type c (c64 -> f32). */
 static tpuc_dtype complex_part(tpuc_dtype c) { return c == TPUC_C64 ? TPUC_F32 : TPUC_F64; }
 
-/* t seen with the element type of the storage, when t's elements are pairs
- * of the storage's (a complex view of a float storage): one more trailing dim
- * of 2, strides and offset doubled. */
-static tpuc_tensor as_pairs(const tpuc_tensor *t, tpuc_dtype part) {
-  tpuc_tensor p = *t;
-  p.dtype = part;
-  for (int i = 0; i < t->ndim; i++) p.strides[i] = 2 * t->strides[i];
-  p.sizes[t->ndim] = 2;
-  p.strides[t->ndim] = 1;
-  p.ndim = t->ndim + 1;
-  p.offset = 2 * t->offset;
-  return p;
-}
-
-/* A float view of a complex storage (view_as_real): the last dim (size 2,
- * stride 1) selects the part; the rest is a complex view. */
-static bool as_complex_view(const tpuc_tensor *t, tpuc_dtype c, tpuc_tensor *out) {
-  int n = t->ndim;
-  if (n < 1 || t->sizes[n - 1] != 2 || t->strides[n - 1] != 1 || t->offset % 2) return false;
-  *out = *t;
-  out->dtype = c;
-  out->ndim = n - 1;
-  for (int i = 0; i < n - 1; i++) {
-    if (t->strides[i] % 2) return false;
-    out->strides[i] = t->strides[i] / 2;
-  }
-  out->offset = t->offset / 2;
-  return true;
-}
-
 static tpuc_status *reinterpret_error(const char *what, tpuc_dtype view, tpuc_dtype data) {
   return tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s a %s view of a storage holding %s data",
                           what, tpuc_dtype_mlir_name(view), tpuc_dtype_mlir_name(data));
 }
 
+/* The buffer value `base` seen as elements of `want`: itself, a bitcast of
+ * same-size elements, or complex numbers as pairs of floats and back
+ * (view_as_complex / view_as_real, and any view of their results). */
+static tpuc_status *reinterpret(ir_graph *g, tv base, tpuc_dtype want, const char *what, tv *out) {
+  ir_type bt = *ir_typeof(g, base);
+  int64_t n = ir_numel(&bt);
+  if (bt.dtype == want) {
+    *out = base;
+  } else if (tpuc_dtype_size(bt.dtype) == tpuc_dtype_size(want) && !ir_is_complex(want) &&
+             !ir_is_complex(bt.dtype)) {
+    *out = ir_bitcast(g, base, ir_with_dtype_(bt, want));
+  } else if (ir_is_complex(want) && bt.dtype == complex_part(want) && n % 2 == 0) {
+    int64_t pairs[2] = {n / 2, 2}, start[2] = {0, 0}, lim[2] = {n / 2, 1}, half = n / 2;
+    tv p = ir_reshape(g, base, 2, pairs);
+    tv re = ir_reshape(g, ir_slice(g, p, start, lim, NULL), 1, &half);
+    start[1] = 1;
+    lim[1] = 2;
+    tv im = ir_reshape(g, ir_slice(g, p, start, lim, NULL), 1, &half);
+    *out = ir_binary(g, IR_COMPLEX, re, im);
+  } else if (ir_is_complex(bt.dtype) && want == complex_part(bt.dtype)) {
+    int64_t col[2] = {n, 1}, twice = 2 * n;
+    tv flat = ir_reshape(g, base, 1, &n);
+    tv parts[2] = {ir_reshape(g, ir_unary(g, IR_REAL, flat), 2, col),
+                   ir_reshape(g, ir_unary(g, IR_IMAG, flat), 2, col)};
+    *out = ir_reshape(g, ir_concat(g, parts, 2, 1), 1, &twice);
+  } else {
+    return reinterpret_error(what, want, bt.dtype);
+  }
+  return NULL;
+}
+
+/* The inverse of reinterpret: `v` (elements of another type) back to `bt`. */
+static tv restore(ir_graph *g, tv v, ir_type bt) {
+  ir_type vt = *ir_typeof(g, v);
+  if (vt.dtype == bt.dtype) return ir_reshape(g, v, bt.ndim, bt.dims);
+  if (tpuc_dtype_size(vt.dtype) == tpuc_dtype_size(bt.dtype))
+    return ir_reshape(g, ir_bitcast(g, v, ir_with_dtype_(vt, bt.dtype)), bt.ndim, bt.dims);
+  tv back;
+  tpuc_status *st = reinterpret(g, v, bt.dtype, "restoring", &back);
+  if (st) {
+    ir_fail(g, "%s", tpuc_status_message(st));
+    tpuc_status_destroy(st);
+    return IR_NONE;
+  }
+  return ir_reshape(g, back, bt.ndim, bt.dims);
+}
+
 tpuc_status *tpuc_view_read(ir_graph *g, tv base, const tpuc_tensor *t, tv *out) {
   *out = IR_NONE;
+  tpuc_status *st = reinterpret(g, base, t->dtype, "reading", &base);
+  if (st) return st;
   ir_type bt = *ir_typeof(g, base);
-  if (ir_is_complex(t->dtype) && bt.dtype == complex_part(t->dtype)) {
-    if (t->ndim >= TPUC_MAX_DIMS) return reinterpret_error("reading", t->dtype, bt.dtype);
-    tpuc_tensor p = as_pairs(t, bt.dtype);
-    tv pairs;
-    tpuc_status *st = tpuc_view_read(g, base, &p, &pairs);
-    if (st) return st;
-    int64_t start[TPUC_MAX_DIMS] = {0}, limit[TPUC_MAX_DIMS];
-    memcpy(limit, p.sizes, (size_t)p.ndim * 8);
-    limit[t->ndim] = 1;
-    tv re = ir_reshape(g, ir_slice(g, pairs, start, limit, NULL), t->ndim, t->sizes);
-    start[t->ndim] = 1;
-    limit[t->ndim] = 2;
-    tv im = ir_reshape(g, ir_slice(g, pairs, start, limit, NULL), t->ndim, t->sizes);
-    *out = ir_binary(g, IR_COMPLEX, re, im);
-    return NULL;
-  }
-  if (ir_is_complex(bt.dtype) && t->dtype == complex_part(bt.dtype)) {
-    tpuc_tensor cv;
-    if (!as_complex_view(t, bt.dtype, &cv)) return reinterpret_error("reading", t->dtype, bt.dtype);
-    tv c;
-    tpuc_status *st = tpuc_view_read(g, base, &cv, &c);
-    if (st) return st;
-    int64_t one[TPUC_MAX_DIMS];
-    memcpy(one, cv.sizes, (size_t)cv.ndim * 8);
-    one[cv.ndim] = 1;
-    tv parts[2] = {ir_reshape(g, ir_unary(g, IR_REAL, c), cv.ndim + 1, one),
-                   ir_reshape(g, ir_unary(g, IR_IMAG, c), cv.ndim + 1, one)};
-    *out = ir_concat(g, parts, 2, cv.ndim);
-    return NULL;
-  }
   ir_type tt = ir_make_type(t->dtype, t->ndim, t->sizes);
-  if (bt.dtype != t->dtype) {
-    if (tpuc_dtype_size(bt.dtype) != tpuc_dtype_size(t->dtype))
-      return tpuc_status_make(TPUC_ERR_UNIMPLEMENTED,
-                              "reading a %s view of a storage holding %s data",
-                              tpuc_dtype_mlir_name(t->dtype), tpuc_dtype_mlir_name(bt.dtype));
-    base = ir_bitcast(g, base, ir_with_dtype_(bt, t->dtype));
-  }
   int64_t n = tpuc_view_numel(t), nbase = ir_numel(&bt);
   if (n == 0) {
     *out = ir_splat(g, tt, 0);
@@ -241,42 +223,14 @@ tpuc_status *tpuc_view_read(ir_graph *g, tv base, const tpuc_tensor *t, tv *out)
 
 tpuc_status *tpuc_view_write(ir_graph *g, tv base, const tpuc_tensor *t, tv value, tv *out) {
   *out = IR_NONE;
-  ir_type bt = *ir_typeof(g, base);
-  if (ir_is_complex(t->dtype) && bt.dtype == complex_part(t->dtype)) {
-    if (t->ndim >= TPUC_MAX_DIMS) return reinterpret_error("writing", t->dtype, bt.dtype);
-    tpuc_tensor p = as_pairs(t, bt.dtype);
-    int64_t one[TPUC_MAX_DIMS];
-    memcpy(one, t->sizes, (size_t)t->ndim * 8);
-    one[t->ndim] = 1;
-    tv parts[2] = {ir_reshape(g, ir_unary(g, IR_REAL, value), t->ndim + 1, one),
-                   ir_reshape(g, ir_unary(g, IR_IMAG, value), t->ndim + 1, one)};
-    return tpuc_view_write(g, base, &p, ir_concat(g, parts, 2, t->ndim), out);
-  }
-  if (ir_is_complex(bt.dtype) && t->dtype == complex_part(bt.dtype)) {
-    tpuc_tensor cv;
-    if (!as_complex_view(t, bt.dtype, &cv)) return reinterpret_error("writing", t->dtype, bt.dtype);
-    int64_t start[TPUC_MAX_DIMS] = {0}, limit[TPUC_MAX_DIMS];
-    memcpy(limit, t->sizes, (size_t)t->ndim * 8);
-    limit[cv.ndim] = 1;
-    tv re = ir_reshape(g, ir_slice(g, value, start, limit, NULL), cv.ndim, cv.sizes);
-    start[cv.ndim] = 1;
-    limit[cv.ndim] = 2;
-    tv im = ir_reshape(g, ir_slice(g, value, start, limit, NULL), cv.ndim, cv.sizes);
-    return tpuc_view_write(g, base, &cv, ir_binary(g, IR_COMPLEX, re, im), out);
-  }
-  if (bt.dtype != t->dtype) {
-    if (tpuc_dtype_size(bt.dtype) != tpuc_dtype_size(t->dtype))
-      return tpuc_status_make(TPUC_ERR_UNIMPLEMENTED,
-                              "writing a %s view into a storage holding %s data",
-                              tpuc_dtype_mlir_name(t->dtype), tpuc_dtype_mlir_name(bt.dtype));
-    ir_type vt = *ir_typeof(g, value);
-    value = ir_bitcast(g, value, ir_with_dtype_(vt, bt.dtype));
-  }
+  ir_type orig = *ir_typeof(g, base);
   int64_t n = tpuc_view_numel(t);
   if (n == 0) {
     *out = base;
     return NULL;
   }
+  tpuc_status *st = reinterpret(g, base, t->dtype, "writing", &base);
+  if (st) return st;
   tv flat = flat_of(g, base);
   tv upd = ir_reshape(g, value, 1, &n);
   tv r;
@@ -295,6 +249,6 @@ tpuc_status *tpuc_view_write(ir_graph *g, tv base, const tpuc_tensor *t, tv valu
     d.index_vector_dim = 1;
     r = ir_scatter(g, flat, idx, upd, &d, IR_SCATTER_REPLACE);
   }
-  *out = ir_reshape(g, r, bt.ndim, bt.dims);
+  *out = restore(g, r, orig);
   return NULL;
 }

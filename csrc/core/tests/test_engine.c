@@ -262,6 +262,19 @@ static void test_complex_views_of_float_storage(void) {
   CHECK_OK(run1(OP(k_copy), &real_view, 1, contiguous(sr, 2, sz22), NULL, 0));
   read_f32(sr, got, 4);
   CHECK(got[0] == 2 && got[1] == 4 && got[2] == 6 && got[3] == -2);
+  /* view_as_real(...).flatten(): a float view of complex data that is not
+   * made of (re, im) pairs dimension-wise; and every other element */
+  int64_t four = 4, two1 = 2, st2 = 2;
+  tpuc_tensor flat_view = view(sc, 1, &four, &one, 0);
+  CHECK_OK(run1(OP(k_copy), &flat_view, 1, contiguous(sr, 1, &four), NULL, 0));
+  read_f32(sr, got, 4);
+  CHECK(got[0] == 2 && got[1] == 4 && got[2] == 6 && got[3] == -2);
+  tpuc_storage *s2 = storage_f32(NULL, 2);
+  tpuc_tensor reals = view(sc, 1, &two1, &st2, 0);
+  CHECK_OK(run1(OP(k_copy), &reals, 1, contiguous(s2, 1, &two1), NULL, 0));
+  read_f32(s2, got, 2);
+  CHECK(got[0] == 2 && got[1] == 6);
+  tpuc_storage_destroy(s2);
   /* writing a complex view into the float storage: x = c + c */
   CHECK_OK(run1(OP(k_add), ins, 2, cin, NULL, 0));
   read_f32(s, got, 4);
