@@ -8,6 +8,7 @@
 # make test-py      pytest only
 # make demo         train the example Llama-style model on "tpu"
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
+# make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (tens of minutes)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -17,7 +18,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check clean
+.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance clean
 
 BENCH ?= full
 BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory
@@ -37,6 +38,11 @@ $(STAMP): $(VENV)/.deps $(CORE_SRC)
 
 install: $(STAMP)
 
+# PyTorch's test database (torch.testing._internal) imports expecttest.
+$(VENV)/.deps-test: $(VENV)/.deps
+	$(PIP) install -q expecttest
+	touch $@
+
 build/c/build.ninja: $(VENV)/.deps
 	$(VENV)/bin/cmake -S . -B build/c -G Ninja -DTPUC_BUILD_TESTS=ON -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
 
@@ -55,7 +61,7 @@ test-c-asan: build/c-asan/build.ninja $(STAMP)
 	@for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; \
 	  TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/core/tests/lsan.supp build/c-asan/csrc/core/$$t || exit 1; done
 
-test-py: $(STAMP)
+test-py: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m pytest -q tests
 
 test: test-c test-c-asan test-py
@@ -69,6 +75,11 @@ bench: $(STAMP)
 
 bench-check:
 	$(PY) -m bench.check
+
+# OpInfo conformance sweep: every entry x {f32,bf16,f16,f64,i64,i32,bool}, 2 worker processes,
+# the compile cache on disk as usual (TPUC_CACHE_DIR); CONFORMANCE_ARGS="--ops add,mul --samples 2".
+conformance: $(STAMP) $(VENV)/.deps-test
+	$(PY) -m tests.conformance $(CONFORMANCE_ARGS)
 
 clean:
 	rm -rf build dist $(STAMP)
