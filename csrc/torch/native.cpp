@@ -1,0 +1,470 @@
+// native.cpp — running an op on the device. PyTorch's Meta kernel computes
+// the outputs' metadata (raising PyTorch's own errors for bad arguments before
+// anything runs); functional results are allocated, in-place and out=
+// arguments are resized as the Meta kernel resized them; the stack becomes
+// tpuc_args in schema order and tpuc_op_run launches the op. Anything the
+// core cannot take sends the call back to the CPU path, saying why.
+#include "ops.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
+
+#include <deque>
+
+namespace tpuc_torch {
+
+Kind kind_of(const c10::TypePtr& declared) {
+  c10::TypePtr t = declared;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  switch (t->kind()) {
+    case c10::TypeKind::TensorType: return Kind::Tensor;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+    case c10::TypeKind::ScalarTypeType:
+    case c10::TypeKind::LayoutType:
+    case c10::TypeKind::MemoryFormatType: return Kind::Int;
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::SymFloatType: return Kind::Float;
+    case c10::TypeKind::NumberType: return Kind::Scalar;
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::SymBoolType: return Kind::Bool;
+    case c10::TypeKind::StringType: return Kind::String;
+    case c10::TypeKind::GeneratorType: return Kind::Generator;
+    case c10::TypeKind::DeviceObjType: return Kind::Device;
+    case c10::TypeKind::ListType: {
+      c10::TypePtr e = t->castRaw<c10::ListType>()->getElementType();
+      if (auto opt = e->cast<c10::OptionalType>()) {
+        return opt->getElementType()->kind() == c10::TypeKind::TensorType ? Kind::OptTensorList
+                                                                           : Kind::Unsupported;
+      }
+      switch (e->kind()) {
+        case c10::TypeKind::TensorType: return Kind::TensorList;
+        case c10::TypeKind::IntType:
+        case c10::TypeKind::SymIntType: return Kind::IntList;
+        case c10::TypeKind::BoolType: return Kind::BoolList;
+        default: return Kind::Unsupported;
+      }
+    }
+    default: return Kind::Unsupported;
+  }
+}
+
+bool describe(const at::Tensor& t, tpuc_tensor* out) {
+  if (!t.is_privateuseone() || t.dim() > TPUC_MAX_DIMS || t.is_conj() || t.is_neg()) return false;
+  if (!to_tpuc_dtype(t.scalar_type(), &out->dtype)) return false;
+  out->storage = storage_of(t);
+  out->ndim = static_cast<int>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    out->sizes[d] = t.size(d);
+    out->strides[d] = t.stride(d);
+  }
+  out->offset = t.storage_offset();
+  return true;
+}
+
+namespace {
+
+// Everything one native call needs to stay alive until tpuc_op_run returns.
+struct NativeCall {
+  std::vector<tpuc_arg> args;
+  std::vector<tpuc_tensor> tensors;
+  std::vector<tpuc_tensor> outputs;
+  std::deque<std::vector<int64_t>> int_lists;
+  std::deque<std::string> strings;
+  std::vector<at::Tensor> keep;  // uploaded CPU tensors
+  int device = -1;
+};
+
+// Thrown (internally) when the native path cannot take the call; says why.
+struct NotNative {
+  std::string why;
+};
+
+// The Meta computation of one call.
+struct MetaState {
+  torch::jit::Stack stack;   // the arguments' stand-ins, then the results
+  int device = -1;           // the tpu device of the call
+};
+
+// A tpu tensor's stand-in on the Meta device; CPU tensors stay (the Meta
+// kernel then checks devices as PyTorch does: CPU scalars and index tensors
+// pass, other mixes raise "Expected all tensors to be on the same device").
+at::Tensor to_meta(const at::Tensor& t, MetaState& ms) {
+  if (!t.defined() || !t.is_privateuseone()) return t;
+  int d = t.device().index();
+  if (ms.device < 0) ms.device = d;
+  TORCH_CHECK(ms.device == d, "Expected all tensors to be on the same device, but found at "
+              "least two devices, tpu:", ms.device, " and tpu:", d, "!");
+  return at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type()));
+}
+
+c10::IValue meta_ivalue(const c10::IValue& v, MetaState& ms) {
+  if (v.isTensor()) return to_meta(v.toTensor(), ms);
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(to_meta(t, ms));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const auto& t : v.toOptionalTensorVector())
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(to_meta(*t, ms)) : std::nullopt);
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(c10::kMeta);
+  return v;
+}
+
+// Runs the op's Meta kernel on stand-ins of the stack's arguments: the
+// outputs' metadata, and PyTorch's own errors for bad arguments (raised here,
+// before anything runs). False when there is no Meta kernel for the call.
+bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, MetaState& ms) {
+  const size_t nargs = op.schema().arguments().size();
+  const size_t begin = stack.size() - nargs;
+  ms.stack.clear();
+  ms.stack.reserve(nargs);
+  for (size_t i = 0; i < nargs; ++i) ms.stack.push_back(meta_ivalue(stack[begin + i], ms));
+  try {
+    // The dispatch table's Meta entry: a Meta kernel, or a composite kernel
+    // that computes on Meta tensors (convolution); "no kernel" raises
+    // NotImplementedError.
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &ms.stack);
+  } catch (const c10::NotImplementedError&) {
+    return false;
+  } catch (const c10::Error&) {
+    throw;  // shapes, dtypes, devices, ...: PyTorch's own exception
+  } catch (pybind11::error_already_set& e) {
+    // A Python meta kernel's exception. NotImplementedError (e.g. a
+    // data-dependent output shape: index with a boolean mask) means "no
+    // Meta kernel for this call"; anything else is the user's error, raised
+    // with its Python type.
+    pybind11::gil_scoped_acquire gil;
+    if (e.matches(PyExc_NotImplementedError)) return false;
+    throw;
+  }
+  return true;
+}
+
+int add_tensor(const at::Tensor& t, NativeCall& call) {
+  tpuc_tensor d{};
+  at::Tensor dev = t;
+  if (!t.is_privateuseone()) {  // a CPU scalar, or CPU indices: upload
+    dev = empty_tpu(t.sizes(), {}, t.scalar_type(), static_cast<c10::DeviceIndex>(call.device));
+    dev.copy_(t);
+    call.keep.push_back(dev);
+  } else if (t.is_conj() || t.is_neg()) {  // a lazy conj/neg (mm takes them): materialize
+    dev = t.resolve_conj().resolve_neg();
+    call.keep.push_back(dev);
+  }
+  if (!describe(dev, &d))
+    throw NotNative{std::string("a tensor of dtype ") + c10::toString(t.scalar_type()) +
+                    " or rank " + std::to_string(t.dim()) + " the core cannot take"};
+  call.tensors.push_back(d);
+  return static_cast<int>(call.tensors.size() - 1);
+}
+
+tpuc_arg scalar_arg(const c10::IValue& v) {
+  tpuc_arg a{};
+  a.kind = TPUC_ARG_SCALAR;
+  if (v.isBool()) {
+    a.scalar.kind = TPUC_SCALAR_BOOL;
+    a.scalar.i = v.toBool();
+    a.scalar.re = static_cast<double>(a.scalar.i);
+  } else if (v.isInt()) {
+    a.scalar.kind = TPUC_SCALAR_INT;
+    a.scalar.i = v.toInt();
+    a.scalar.re = static_cast<double>(a.scalar.i);
+  } else if (v.isDouble()) {
+    a.scalar.kind = TPUC_SCALAR_FLOAT;
+    a.scalar.re = v.toDouble();
+  } else if (v.isComplexDouble()) {
+    auto c = v.toComplexDouble();
+    a.scalar.kind = TPUC_SCALAR_COMPLEX;
+    a.scalar.re = c.real();
+    a.scalar.im = c.imag();
+  } else {
+    throw NotNative{"a symbolic scalar"};  // never on a real device
+  }
+  return a;
+}
+
+tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t draws) {
+  tpuc_arg a{};
+  if (v.isNone() && kind != Kind::Generator) {
+    a.kind = TPUC_ARG_NONE;
+    return a;
+  }
+  switch (kind) {
+    case Kind::Tensor:
+      if (!v.toTensor().defined()) {
+        a.kind = TPUC_ARG_NONE;
+        return a;
+      }
+      a.kind = TPUC_ARG_TENSOR;
+      a.tensors.first = add_tensor(v.toTensor(), call);
+      a.tensors.count = 1;
+      return a;
+    case Kind::TensorList:
+    case Kind::OptTensorList: {
+      std::vector<at::Tensor> ts;
+      if (v.isTensorList()) {
+        ts = v.toTensorVector();
+      } else {
+        for (const auto& t : v.toOptionalTensorVector()) ts.push_back(t.value_or(at::Tensor()));
+      }
+      a.kind = TPUC_ARG_TENSORS;
+      a.tensors.first = static_cast<int>(call.tensors.size());
+      a.tensors.count = static_cast<int>(ts.size());
+      for (const at::Tensor& t : ts) {
+        if (t.defined()) {
+          add_tensor(t, call);
+        } else {  // None in a Tensor?[] (x[:, idx]): an absent tensor
+          call.tensors.push_back(tpuc_tensor{});
+        }
+      }
+      return a;
+    }
+    case Kind::Int:
+      if (!v.isInt()) throw NotNative{"a symbolic int"};
+      a.kind = TPUC_ARG_INT;
+      a.i = v.toInt();
+      return a;
+    case Kind::Float:
+    case Kind::Scalar:
+      return scalar_arg(v);
+    case Kind::Bool:
+      if (!v.isBool()) throw NotNative{"a symbolic bool"};
+      a.kind = TPUC_ARG_BOOL;
+      a.i = v.toBool();
+      return a;
+    case Kind::IntList:
+    case Kind::BoolList: {
+      std::vector<int64_t> xs;
+      if (v.isIntList()) {
+        xs = v.toIntVector();
+      } else if (v.isBoolList()) {
+        for (bool b : v.toBoolList()) xs.push_back(b);
+      } else {
+        throw NotNative{"a symbolic int list"};
+      }
+      call.int_lists.push_back(std::move(xs));
+      a.kind = kind == Kind::IntList ? TPUC_ARG_INTS : TPUC_ARG_BOOLS;
+      a.ints.v = call.int_lists.back().data();
+      a.ints.n = static_cast<int>(call.int_lists.back().size());
+      return a;
+    }
+    case Kind::String:
+      call.strings.push_back(v.toStringRef());
+      a.kind = TPUC_ARG_STRING;
+      a.s = call.strings.back().c_str();
+      return a;
+    case Kind::Generator: {
+      at::Generator g = tpu_generator(v, static_cast<c10::DeviceIndex>(call.device));
+      if (!g.defined()) throw NotNative{"a generator of another device"};
+      auto [seed, offset] = reserve_random(g, static_cast<uint64_t>(draws));
+      a.kind = TPUC_ARG_RNG;
+      a.rng.seed = seed;
+      a.rng.offset = offset;
+      return a;
+    }
+    case Kind::Device:
+      a.kind = TPUC_ARG_INT;
+      a.i = v.toDevice().has_index() ? v.toDevice().index() : call.device;
+      return a;
+    default:
+      throw NotNative{"an argument type the core has no tpuc_arg for (float[], ...)"};
+  }
+}
+
+// A fresh tpu tensor for a Meta result: its strides when dense, else contiguous.
+at::Tensor allocate_like_meta(const at::Tensor& m, c10::DeviceIndex device) {
+  if (m.is_non_overlapping_and_dense()) return empty_tpu(m.sizes(), m.strides(), m.scalar_type(), device);
+  return empty_tpu(m.sizes(), {}, m.scalar_type(), device);
+}
+
+// Makes a mutated argument's metadata what the Meta kernel made it.
+void follow_meta(const at::Tensor& real, const at::Tensor& m) {
+  if (!real.defined() || !m.defined()) return;
+  if (real.sizes().equals(m.sizes()) && real.strides().equals(m.strides())) return;
+  restride_tpu(real, m.sizes(), m.strides());
+}
+
+// The argument that a mutable return aliases.
+int aliased_argument(const c10::FunctionSchema& schema, const c10::AliasInfo& alias) {
+  const auto& args = schema.arguments();
+  for (size_t j = 0; j < args.size(); ++j)
+    if (args[j].alias_info() && *args[j].alias_info() == alias) return static_cast<int>(j);
+  return -1;
+}
+
+// An output of the call. An undefined result (a gradient output_mask did not
+// ask for) keeps its position as an absent tensor (NULL storage).
+void add_output(const at::Tensor& t, NativeCall& call) {
+  tpuc_tensor d{};
+  if (t.defined() && !describe(t, &d))
+    throw NotNative{std::string("an output of dtype ") + c10::toString(t.scalar_type()) +
+                    ", rank " + std::to_string(t.dim()) + " or with a conj/neg bit"};
+  call.outputs.push_back(d);
+}
+
+}  // namespace
+
+bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
+                std::string& why) {
+  const auto& schema = op.schema();
+  const auto& args = schema.arguments();
+  const auto& rets = schema.returns();
+  const size_t nargs = args.size();
+  const size_t begin = stack->size() - nargs;
+  NativeCall call;
+  try {
+    // 1. Metadata (and PyTorch's own argument errors) from the Meta kernel.
+    MetaState ms;
+    if (!run_meta(op, *stack, ms)) {
+      why = "no Meta kernel for these arguments (e.g. a data-dependent output shape)";
+      return false;
+    }
+    if (ms.device < 0) {
+      why = "no tpu tensor among its arguments";
+      return false;
+    }
+    call.device = ms.device;
+    const torch::jit::Stack& meta = ms.stack;
+    TORCH_INTERNAL_ASSERT(meta.size() == rets.size());
+    const auto device = static_cast<c10::DeviceIndex>(call.device);
+
+    // 2. Outputs: mutated arguments follow the Meta kernel; others are fresh.
+    std::vector<c10::IValue> results;
+    int64_t draws = 0;
+    for (size_t i = 0; i < rets.size(); ++i) {
+      const c10::IValue& m = meta[i];
+      const c10::AliasInfo* alias = rets[i].alias_info();
+      if (alias && alias->isWrite()) {
+        int j = aliased_argument(schema, *alias);
+        TORCH_INTERNAL_ASSERT(j >= 0, info.name, ": a mutable return without its argument");
+        const c10::IValue& real = (*stack)[begin + j];
+        if (m.isTensor()) {
+          follow_meta(real.toTensor(), m.toTensor());
+        } else if (m.isTensorList()) {
+          auto rs = real.toTensorVector();
+          auto ms = m.toTensorVector();
+          for (size_t k = 0; k < rs.size() && k < ms.size(); ++k) follow_meta(rs[k], ms[k]);
+        }
+        results.push_back(real);
+      } else if (m.isTensor()) {
+        const at::Tensor& mt = m.toTensor();
+        results.push_back(mt.defined() ? allocate_like_meta(mt, device) : at::Tensor());
+      } else if (m.isTensorList()) {
+        std::vector<at::Tensor> ts;
+        for (const at::Tensor& mt : m.toTensorVector())
+          ts.push_back(mt.defined() ? allocate_like_meta(mt, device) : at::Tensor());
+        results.push_back(c10::IValue(c10::List<at::Tensor>(ts)));
+      } else if (m.isNone()) {
+        results.push_back(m);
+      } else {
+        why = "a non-tensor result";
+        return false;
+      }
+    }
+    for (const auto& r : results) {
+      if (r.isTensor()) {
+        add_output(r.toTensor(), call);
+        if (r.toTensor().defined()) draws = std::max(draws, r.toTensor().numel());
+      } else if (r.isTensorList()) {
+        for (const at::Tensor& t : r.toTensorVector()) {
+          add_output(t, call);
+          if (t.defined()) draws = std::max(draws, t.numel());
+        }
+      }
+    }
+    // Then the arguments the op writes without returning them (_foreach_*_,
+    // _fused_adamw_, native_batch_norm's running stats), in argument order.
+    std::vector<bool> returned(nargs, false);
+    for (const auto& r : rets)
+      if (r.alias_info() && r.alias_info()->isWrite()) {
+        int j = aliased_argument(schema, *r.alias_info());
+        if (j >= 0) returned[j] = true;
+      }
+    for (size_t j = 0; j < nargs; ++j) {
+      if (returned[j] || !info.writes(j)) continue;
+      const c10::IValue& v = (*stack)[begin + j];  // None: nothing to write
+      if (v.isTensor() && v.toTensor().defined()) add_output(v.toTensor(), call);
+      if (v.isTensorList())
+        for (const at::Tensor& t : v.toTensorVector()) add_output(t, call);
+    }
+
+    // 3. The arguments, in schema order (+ the default generator for random
+    //    ops without a Generator argument, like native_dropout).
+    for (size_t i = 0; i < nargs; ++i)
+      call.args.push_back(translate((*stack)[begin + i], info.kinds[i], call, draws));
+    if (info.appends_rng) call.args.push_back(translate(c10::IValue(), Kind::Generator, call, draws));
+
+    // 4. Launch.
+    tpuc_op_call c{};
+    c.op = info.native;
+    c.device = call.device;
+    c.args = call.args.data();
+    c.nargs = static_cast<int>(call.args.size());
+    c.tensors = call.tensors.data();
+    c.ntensors = static_cast<int>(call.tensors.size());
+    c.outputs = call.outputs.data();
+    c.noutputs = static_cast<int>(call.outputs.size());
+    tpuc_status* st = tpuc_op_run(runtime(), &c, launch_blocking());
+    if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
+      why = std::string("the lowering declined: ") + tpuc_status_message(st);
+      tpuc_status_destroy(st);
+      return false;
+    }
+    check(st, nullptr);  // the core's message names the op
+
+    torch::jit::drop(*stack, nargs);
+    for (auto& r : results) stack->push_back(std::move(r));
+    return true;
+  } catch (const NotNative& e) {
+    why = e.why;
+    return false;
+  }
+}
+
+// Raises PyTorch's device error when a CPU tensor of rank > 0 is an
+// argument next to tpu tensors (CPU scalars are fine, as on any device).
+
+bool core_copy(const at::Tensor& dst, const at::Tensor& src) {
+  static const tpuc_op* copy_op = [] {
+    tpuc_runtime* rt = runtime_or_null();
+    return rt ? tpuc_op_find(rt, "aten::copy_") : nullptr;
+  }();
+  if (!copy_op || !native_enabled() || !dst.is_privateuseone() || !src.is_privateuseone() ||
+      dst.device() != src.device())
+    return false;
+  tpuc_tensor ts[2]{};
+  if (!describe(dst, &ts[0]) || !describe(src, &ts[1])) return false;
+  tpuc_arg args[3]{};
+  args[0].kind = TPUC_ARG_TENSOR;
+  args[0].tensors.first = 0;
+  args[0].tensors.count = 1;
+  args[1].kind = TPUC_ARG_TENSOR;
+  args[1].tensors.first = 1;
+  args[1].tensors.count = 1;
+  args[2].kind = TPUC_ARG_BOOL;
+  args[2].i = 0;
+  tpuc_op_call c{};
+  c.op = copy_op;
+  c.device = dst.device().index();
+  c.args = args;
+  c.nargs = 3;
+  c.tensors = ts;
+  c.ntensors = 2;
+  c.outputs = &ts[0];
+  c.noutputs = 1;
+  tpuc_status* st = tpuc_op_run(runtime(), &c, launch_blocking());
+  if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
+    tpuc_status_destroy(st);
+    return false;
+  }
+  check(st, nullptr);
+  return true;
+}
+
+}  // namespace tpuc_torch

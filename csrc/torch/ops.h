@@ -1,0 +1,51 @@
+// ops.h — what the two paths of the boxed kernel share: fallback.cpp has the
+// entry point, the per-operator registry and the CPU path; native.cpp the
+// native path (Meta kernel, tpuc_args, tpuc_op_run).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "tpuc_torch.h"
+
+namespace tpuc_torch {
+
+// How an argument of the schema is passed to the core.
+enum class Kind {
+  Unsupported, Tensor, TensorList, OptTensorList, Int, Float, Scalar, Bool,
+  IntList, BoolList, String, Generator, Device
+};
+
+Kind kind_of(const c10::TypePtr& declared);
+
+// What the boxed kernel knows of one operator (made once, cached by schema).
+struct OpInfo {
+  std::string name;               // "aten::add.Tensor"
+  const tpuc_op* native = nullptr;
+  bool cpu_only = false;          // never try the native path
+  bool accepts_cpu_tensors = false;  // indexing takes CPU indices, as on CUDA
+  std::vector<bool> mutates;         // per argument: the op writes it
+  std::vector<int> unmarked_writes;  // written although the schema does not say (a!)
+  bool writes(size_t j) const { return j < mutates.size() && mutates[j]; }
+  std::vector<Kind> kinds;        // per schema argument
+  int generator_arg = -1;
+  bool appends_rng = false;       // draws from the default generator without a Generator arg
+  std::atomic<int64_t> fallbacks{0};
+};
+
+// The tpu generator an op with a `Generator?` argument draws from (None: the
+// device's default one), or an undefined generator for another device's.
+at::Generator tpu_generator(const c10::IValue& v, c10::DeviceIndex device);
+
+// The core's description of a tpu tensor; false when it cannot take it.
+bool describe(const at::Tensor& t, tpuc_tensor* out);
+
+// Runs the op on the device; false (stack untouched, `why` set) when it must
+// go to the CPU.
+bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
+                std::string& why);
+
+}  // namespace tpuc_torch
