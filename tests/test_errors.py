@@ -100,3 +100,32 @@ def test_errors_on_the_autograd_thread_propagate() -> None:
     z = torch.ones(2, device="tpu", requires_grad=True)
     (z * 3).sum().backward()
     assert_same(z.grad, torch.full((2,), 3.0))
+
+
+def test_out_of_memory_is_torch_out_of_memory_error() -> None:
+    """A device allocation that cannot succeed raises torch.OutOfMemoryError at the
+    op (the child's address space is capped so nothing is really allocated)."""
+    import resource
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import warnings, torch
+        warnings.simplefilter("ignore")
+        try:
+            torch.empty(2**35, device="tpu").fill_(1.0)  # 128 GiB
+            torch.tpu.synchronize()
+            print("no error")
+        except torch.OutOfMemoryError as e:
+            print("OutOfMemoryError")
+        print(torch.ones(3, device="tpu").sum().item())
+    """)
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (20 << 30, 20 << 30))
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, preexec_fn=cap)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["OutOfMemoryError", "3.0"], r.stdout
