@@ -29,7 +29,9 @@ tpuc_storage *tpuc_storage_retain(tpuc_storage *s);
 void tpuc_storage_release(tpuc_storage *s);
 
 /* op_run.c: validates a call (builds its IR, compiles nothing); returns the
- * lowering's refusal as TPUC_ERR_UNIMPLEMENTED and the call's signature hash. */
+ * lowering's refusal as TPUC_ERR_UNIMPLEMENTED, and in *sig a hash of the call
+ * itself (op, geometry, static arguments; not what its storages hold), which
+ * fused execution uses to find loop boundaries. */
 tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *sig);
 
 /* fused.c */

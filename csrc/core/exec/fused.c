@@ -7,7 +7,9 @@
  * tpuc_flush, when switching mode, at a size cap, and at loop boundaries:
  * the first op of a chunk is its anchor; when the anchor's signature recurs
  * the chunk so far is run, and afterwards chunks are cut where the anchor
- * recurs after as many ops as the previous chunk had. A steady training
+ * recurs after as many ops as the previous chunk had. While no period is
+ * known, the first op that repeats a signature already in the chunk (not
+ * the anchor: a prologue before the loop) becomes the anchor and cuts. A steady training
  * loop thus maps onto the same chunks, whose programs come from the
  * signature cache. Storages freed while ops on them are pending keep no
  * results: the program computes them only where other values need them. */
@@ -30,6 +32,8 @@ typedef struct tpuc_pending {
   pthread_mutex_t lock;
   rec *recs;
   int n, cap;
+  uint64_t *seen; /* open-addressing set of the chunk's signatures (0: empty) */
+  int seen_cap, seen_n;
   bool anchored;
   uint64_t anchor;
   int period; /* ops in the last chunk cut at the anchor; 0: not known */
@@ -123,6 +127,39 @@ static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
   return NULL;
 }
 
+/* ---- the chunk's signature set ---- */
+static bool seen_insert(pending *pd, uint64_t sig) { /* true if it was there */
+  if (sig == 0) sig = 1;
+  if (2 * (pd->seen_n + 1) > pd->seen_cap) {
+    int cap = pd->seen_cap ? pd->seen_cap * 2 : 1024;
+    uint64_t *ns = calloc((size_t)cap, sizeof *ns);
+    if (!ns) return false;
+    for (int i = 0; i < pd->seen_cap; i++)
+      if (pd->seen[i])
+        for (int j = (int)(pd->seen[i] % (uint64_t)cap);; j = (j + 1) % cap)
+          if (!ns[j]) {
+            ns[j] = pd->seen[i];
+            break;
+          }
+    free(pd->seen);
+    pd->seen = ns;
+    pd->seen_cap = cap;
+  }
+  for (int j = (int)(sig % (uint64_t)pd->seen_cap);; j = (j + 1) % pd->seen_cap) {
+    if (pd->seen[j] == sig) return true;
+    if (!pd->seen[j]) {
+      pd->seen[j] = sig;
+      pd->seen_n++;
+      return false;
+    }
+  }
+}
+
+static void seen_clear(pending *pd) {
+  if (pd->seen) memset(pd->seen, 0, (size_t)pd->seen_cap * sizeof *pd->seen);
+  pd->seen_n = 0;
+}
+
 /* ---- flushing ---- */
 static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
   int n = pd->n;
@@ -195,6 +232,7 @@ done:
     rec_free(&pd->recs[i]);
   }
   pd->n = 0;
+  seen_clear(pd);
   entry_free(owned);
   free(calls);
   free(ts);
@@ -242,6 +280,7 @@ void tpuc_fused_destroy(tpuc_runtime *rt) {
   tpuc_status_destroy(tpuc_flush(rt, -1));
   for (int d = 0; d < rt->device_count; d++) {
     free(rt->pending[d].recs);
+    free(rt->pending[d].seen);
     pthread_mutex_destroy(&rt->pending[d].lock);
   }
   free(rt->pending);
@@ -257,12 +296,18 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
   pending *pd = pending_of(rt, c->device);
   pthread_mutex_lock(&pd->lock);
   bool graph = atomic_load(&rt->mode) == TPUC_MODE_GRAPH;
+  bool repeats = !graph && pd->n > 0 && seen_insert(pd, sig);
   if (graph) {
     pd->anchored = false; /* only tpuc_flush cuts a graph */
   } else if (pd->n > 0 && pd->anchored && sig == pd->anchor &&
-      (pd->period == 0 || pd->n == pd->period)) {
+             (pd->period == 0 || pd->n == pd->period)) {
     pd->period = pd->n; /* a loop boundary */
     st = flush_locked(rt, c->device, pd);
+  } else if (repeats && pd->period == 0) {
+    /* no known period and a signature repeats: the loop starts here */
+    st = flush_locked(rt, c->device, pd);
+    pd->anchored = true;
+    pd->anchor = sig;
   } else if (pd->n >= CHUNK_CAP) {
     st = flush_locked(rt, c->device, pd);
     pd->anchored = false;
@@ -278,6 +323,7 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
     pd->anchor = sig;
     pd->period = 0;
   }
+  if (pd->n == 0 && !graph) seen_insert(pd, sig);
   if (pd->n == pd->cap) {
     int cap = pd->cap ? pd->cap * 2 : 256;
     rec *nr = realloc(pd->recs, (size_t)cap * sizeof *nr);

@@ -11,7 +11,7 @@
  * executable; otherwise it may be only validated (fused mode). Returns the
  * lowering's refusal as TPUC_ERR_UNIMPLEMENTED. */
 static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, bool compile,
-                                fast_entry **out, fast_entry **owned) {
+                                fast_entry **out, fast_entry **owned, uint64_t *call_hash) {
   *out = *owned = NULL;
   int *tslot = malloc((size_t)(c->ntensors + 1) * sizeof *tslot);
   int *oslot = malloc((size_t)(c->noutputs + 1) * sizeof *oslot);
@@ -26,6 +26,7 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
   key_put(&k, "S", 1);
   st = key_call(&k, c, s, tslot, oslot);
   if (st) goto done;
+  if (call_hash) *call_hash = key_hash(&k); /* the call alone, not what its storages hold */
   read = calloc((size_t)s->n + 1, sizeof *read);
   seen = calloc((size_t)s->n + 1, sizeof *seen);
   live = malloc((size_t)s->n + 1);
@@ -99,9 +100,8 @@ done:
 tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *sig) {
   slot_set s = {0};
   fast_entry *e = NULL, *owned = NULL;
-  tpuc_status *st = single_plan(rt, c, &s, false, &e, &owned);
+  tpuc_status *st = single_plan(rt, c, &s, false, &e, &owned, sig);
   if (!st && e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
-  if (!st) *sig = e->hash;
   entry_free(owned);
   slots_release(&s);
   return st;
@@ -127,7 +127,7 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   }
   slot_set s = {0};
   fast_entry *e = NULL, *owned = NULL;
-  tpuc_status *st = single_plan(rt, c, &s, true, &e, &owned);
+  tpuc_status *st = single_plan(rt, c, &s, true, &e, &owned, NULL);
   if (!st) {
     if (e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
     else {

@@ -1,0 +1,89 @@
+"""torch.compile(backend="tpu"): forward and backward graphs run as one
+program each and match eager; dropout, BatchNorm, inference, graph breaks and
+recompiles on a new shape behave as in PyTorch."""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+
+def _pair(module: nn.Module) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    cpu = module
+    dev = copy.deepcopy(module).to("tpu")
+    return cpu, dev
+
+
+def test_forward_and_backward_match_cpu() -> None:
+    cpu, dev = _pair(nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4)))
+    cm = torch.compile(dev, backend="tpu")
+    x = torch.randn(6, 8)
+    s0 = torch.tpu.stats()
+    out = cm(x.to("tpu"))
+    out.square().sum().backward()
+    ref = cpu(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out.cpu(), ref)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
+    s1 = torch.tpu.stats()
+    assert s1["dynamo_compiles"] - s0["dynamo_compiles"] == 2  # forward + backward
+    assert s1["fallbacks"] == s0["fallbacks"]
+    # a second call: the same two programs from the signature cache
+    cm(x.to("tpu")).sum().backward()
+    s2 = torch.tpu.stats()
+    assert s2["compiles"] == s1["compiles"]
+    assert s2["chunk_hits"] - s1["chunk_hits"] == 2
+
+
+def test_inference_under_no_grad() -> None:
+    cpu, dev = _pair(nn.Sequential(nn.Linear(5, 5), nn.ReLU()))
+    cm = torch.compile(dev, backend="tpu")
+    x = torch.randn(3, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x.to("tpu")).cpu(), cpu(x))
+
+
+def test_batchnorm_running_stats() -> None:
+    cpu, dev = _pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
+    cm = torch.compile(dev, backend="tpu")
+    x = torch.randn(2, 3, 8, 8)
+    torch.testing.assert_close(cm(x.to("tpu")).cpu(), cpu(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dev[1].running_mean.cpu(), cpu[1].running_mean)
+    torch.testing.assert_close(dev[1].running_var.cpu(), cpu[1].running_var)
+
+
+def test_dropout_trains_and_evaluates() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5)).to("tpu")
+    cm = torch.compile(m, backend="tpu")
+    x = torch.ones(4, 16, device="tpu")
+    y = cm(x).cpu()
+    zeros = (y == 0).float().mean().item()
+    assert 0.2 < zeros < 0.8  # about half dropped
+    m.eval()
+    torch.testing.assert_close(cm(x).cpu(), m[0](x).cpu())  # eval: identity
+
+
+def test_graph_break_runs_eager_in_between() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin() * 2
+        if y.sum().item() > 0:  # a data-dependent branch: a graph break
+            y = y + 1
+        return y.cos()
+
+    cf = torch.compile(f, backend="tpu")
+    x = torch.randn(10)
+    torch.testing.assert_close(cf(x.to("tpu")).cpu(), f(x))
+
+
+def test_new_input_shape_recompiles_and_is_counted() -> None:
+    torch._dynamo.reset()
+    f = torch.compile(lambda a: (a * a).sum(0), backend="tpu", dynamic=False)
+    s0 = torch.tpu.stats()["dynamo_compiles"]
+    for n in (4, 4, 6):
+        a = torch.randn(n, 3)
+        torch.testing.assert_close(f(a.to("tpu")).cpu(), (a * a).sum(0))
+    assert torch.tpu.stats()["dynamo_compiles"] - s0 == 2  # 4 then 6: one recompile
