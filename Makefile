@@ -9,6 +9,7 @@
 # make demo         train the example Llama-style model on "tpu"
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (tens of minutes)
+# make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
 
 PYTHON ?= python3
 VENV   := .venv
@@ -18,7 +19,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance clean
+.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
 
 BENCH ?= full
 BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory
@@ -80,6 +81,10 @@ bench-check:
 # the compile cache on disk as usual (TPUC_CACHE_DIR); CONFORMANCE_ARGS="--ops add,mul --samples 2".
 conformance: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m tests.conformance $(CONFORMANCE_ARGS)
+
+# PyTorch's device-generic test classes (instantiate_device_type_tests, only_for="tpu") on a subset.
+conformance-upstream: $(STAMP) $(VENV)/.deps-test
+	$(PY) -m pytest -q tests/conformance/upstream_ops.py
 
 clean:
 	rm -rf build dist $(STAMP)
