@@ -8,6 +8,7 @@ from typing import Any
 
 from .check import CLASSES
 from .known_failures import KNOWN_FAILURES
+from .policy import NONDETERMINISTIC, TOLERANCES
 
 SYMBOL = {"native_pass": "N", "fallback_pass": "F", "mismatch": "M", "error": "E", "skipped": "S"}
 
@@ -88,6 +89,12 @@ def markdown(doc: dict[str, Any]) -> str:
         detail = e.get("detail", "").replace("|", "\\|")
         reason = (e.get("known") or "**UNEXPLAINED**").replace("|", "\\|")
         out.append(f"| {op} | {dt} | {e['class']} | {detail} | {reason} |")
+    out += ["", "## Tolerance overrides (tests/conformance/policy.py)", "",
+            "| op | dtype | atol | rtol | checks | reason |", "|---|---|---:|---:|---|---|"]
+    for (op, dt), t in sorted(TOLERANCES.items()):
+        out.append(f"| {op} | {dt} | {t.atol:g} | {t.rtol:g} | {', '.join(t.checks)} | {t.reason} |")
+    out += ["", "## Compared for shape and dtype only", ""]
+    out += [f"- {op}: {why}" for op, why in sorted(NONDETERMINISTIC.items())]
     out += ["", "## Per op", "", "| op | " + " | ".join(dts) + " |", "|---|" + "---|" * len(dts)]
     for op, per in doc["ops"].items():
         out.append(f"| {op} | " + " | ".join(_cell(per.get(dt)) for dt in dts) + " |")

@@ -61,6 +61,8 @@ def describe(x: Any) -> str:
     def one(v: Any) -> str:
         if isinstance(v, torch.Tensor):
             dt = str(v.dtype).removeprefix("torch.")
+            if v.layout != torch.strided:
+                return f"{dt}{list(v.shape)}({str(v.layout).removeprefix('torch.')})"
             return f"{dt}{list(v.shape)}" + ("" if v.is_contiguous() or v.dim() < 2 else "(nc)")
         if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
             inner = ", ".join(one(i) for i in v[:6]) + (", ..." if len(v) > 6 else "")
