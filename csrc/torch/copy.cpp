@@ -21,8 +21,6 @@
 
 namespace tpuc_torch {
 
-bool core_copy(const at::Tensor& dst, const at::Tensor& src);  // fallback.cpp
-
 namespace {
 
 // Sets the thread's current device for a scope (the allocator allocates there).

@@ -427,9 +427,9 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   }
 }
 
-// Raises PyTorch's device error when a CPU tensor of rank > 0 is an
-// argument next to tpu tensors (CPU scalars are fine, as on any device).
-
+// dst <- src (both on one tpu device) through the core's "aten::copy_":
+// conversion, broadcasting and strided destinations on the device. False when
+// the core cannot take it (no such lowering, a conj/neg bit, a dtype).
 bool core_copy(const at::Tensor& dst, const at::Tensor& src) {
   static const tpuc_op* copy_op = [] {
     tpuc_runtime* rt = runtime_or_null();

@@ -99,13 +99,17 @@ void manual_seed_all(uint64_t seed);
 std::map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
 
-// ---- host copies (copy.cpp) ------------------------------------------------------
+// ---- copies and storages' geometry (copy.cpp, views.cpp, native.cpp) ---------------
+
+// dst <- src through the core's "aten::copy_" on the device; false when the
+// core cannot take the pair (the caller copies through the host).
+bool core_copy(const at::Tensor& dst, const at::Tensor& src);
 
 // A CPU tensor with `t`'s dtype, sizes, strides, offset and conj/neg bits,
 // viewing a fresh host copy of t's whole storage.
 at::Tensor host_view(const at::Tensor& t);
-// A new tpu tensor, like `like` (same sizes/strides when dense, else
-// contiguous), with dtype `dtype`.
+// A new tpu tensor on `device` with these sizes and strides (strides of
+// another length, e.g. {}: contiguous).
 at::Tensor empty_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                      c10::DeviceIndex device);
 // Resizes `self` (a tpu tensor) to `sizes` with `strides` (empty: contiguous),
