@@ -222,3 +222,32 @@ def test_autocast() -> None:
     torch.testing.assert_close(z.cpu(), ref, rtol=1e-2, atol=1e-2)
     z.sum().backward()
     assert x.grad.dtype == torch.float32 and x.grad.device.type == "tpu"
+
+
+def test_two_devices() -> None:
+    r = _python("""
+        import warnings
+        import torch
+        warnings.simplefilter("ignore")
+        a = torch.arange(6.0).reshape(2, 3)
+        x = a.to("tpu:1")
+        assert torch.tpu.device_count() == 2 and x.device == torch.device("tpu:1")
+        assert torch.equal((x * 2).cpu(), a * 2) and (x * 2).device == x.device
+        y = x.to("tpu:0")
+        assert y.device == torch.device("tpu:0") and torch.equal(y.cpu(), a)
+        with torch.tpu.device(1):
+            assert torch.empty(1, device="tpu").device == torch.device("tpu:1")
+        assert torch.tpu.current_device() == 0
+        try:
+            x + y
+            raise AssertionError("no error for tensors on two devices")
+        except RuntimeError as e:
+            assert "tpu:1 and tpu:0" in str(e), e
+        x.requires_grad_()
+        (x * x).sum().backward()
+        assert x.grad.device == x.device and torch.equal(x.grad.cpu(), 2 * a)
+        torch.tpu.synchronize(1)
+        print("ok")
+    """, TPUC_CPU_DEVICE_COUNT="2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
