@@ -140,18 +140,12 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_launch_blocking", &launch_blocking);
   m.def("_set_launch_blocking", &set_launch_blocking);
-  m.def("_get_mode", [] { return static_cast<int>(tpuc_get_mode(runtime())); });
-  m.def("_set_mode", [](int mode) {
-        TORCH_CHECK_VALUE(mode >= TPUC_MODE_STRICT && mode <= TPUC_MODE_GRAPH,
-                          "tpuc: unknown execution mode ", mode);
-        check(tpuc_set_mode(runtime(), static_cast<tpuc_mode>(mode)), "setting the mode");
-      }, py::call_guard<py::gil_scoped_release>());
-  m.def("_flush", [](int device) { check(tpuc_flush(runtime(), device), "flush"); },
-        py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
   m.def("_native_enabled", &native_enabled);
   m.def("_set_native_enabled", &set_native_enabled);
   // Execution modes of the core (strict, debug, fused, graph): tpuc/eager.py.
   m.def("_set_mode", [](int mode) {
+    TORCH_CHECK_VALUE(mode >= TPUC_MODE_STRICT && mode <= TPUC_MODE_GRAPH,
+                      "tpuc: unknown execution mode ", mode);
     check(tpuc_set_mode(runtime(), static_cast<tpuc_mode>(mode)), "switching the eager mode");
   }, py::call_guard<py::gil_scoped_release>());
   m.def("_get_mode", [] {
