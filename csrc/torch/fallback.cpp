@@ -53,6 +53,10 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
     if (ret.alias_info() && !ret.alias_info()->isWrite()) returns_ok = false;  // a view
   }
   info->appends_rng = info->generator_arg < 0 && op.hasTag(at::Tag::nondeterministic_seeded);
+  // Factories whose Scalars give the output's shape: their values key the
+  // Meta cache; for every other op only a Scalar's kind does.
+  for (const char* n : {"arange", "range", "linspace", "logspace", "full"})
+    info->meta_uses_scalar_values |= info->name.find(n) != std::string::npos;
   static const char* const kCpuIndexOps[] = {
       "aten::index.Tensor", "aten::index.Tensor_out", "aten::_unsafe_index.Tensor",
       "aten::index_put", "aten::index_put_", "aten::index_put.out", "aten::_index_put_impl_",

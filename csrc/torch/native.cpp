@@ -146,6 +146,133 @@ bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Met
   return true;
 }
 
+// ---- the Meta-result cache ----
+// The signature of a call as far as its Meta kernel can see it: each
+// tensor's device, dtype, sizes and strides; the values of ints, bools,
+// floats, strings and of integer and boolean Scalars; only the kind of a
+// floating-point Scalar (a learning rate, an alpha: changing it must stay
+// cheap), except for factories whose Scalars give the output's shape.
+// Not keyed (the Meta kernel runs every time): host tensors of several
+// elements, whose values may shape the result.
+void key_bytes(std::string& k, const void* p, size_t n) {
+  k.append(static_cast<const char*>(p), n);
+}
+template <typename T>
+void key_val(std::string& k, T v) {
+  key_bytes(k, &v, sizeof v);
+}
+
+bool key_tensor(std::string& k, const at::Tensor& t, int& device) {
+  key_val<int8_t>(k, t.defined());
+  if (!t.defined()) return true;
+  // A host tensor of several elements (indices, repeats) may shape the
+  // result by its values: such calls are not cached.
+  if (!t.is_privateuseone() && t.numel() > 1) return false;
+  if (t.is_privateuseone()) {
+    int d = t.device().index();
+    if (device >= 0 && device != d) return false;  // the Meta path raises PyTorch's error
+    device = d;
+  }
+  key_val<int16_t>(k, static_cast<int16_t>(t.device().type()));
+  key_val<int8_t>(k, static_cast<int8_t>(t.scalar_type()));
+  key_val<int8_t>(k, static_cast<int8_t>(t.is_conj() | t.is_neg() << 1));
+  key_val<int32_t>(k, static_cast<int32_t>(t.dim()));
+  key_bytes(k, t.sizes().data(), t.dim() * sizeof(int64_t));
+  key_bytes(k, t.strides().data(), t.dim() * sizeof(int64_t));
+  return true;
+}
+
+bool meta_key(const torch::jit::Stack& stack, size_t begin, size_t nargs, const OpInfo& info,
+              std::string& k, int& device) {
+  k.clear();
+  device = -1;
+  for (size_t i = 0; i < nargs; ++i) {
+    const c10::IValue& v = stack[begin + i];
+    if (v.isTensor()) {
+      key_val<int8_t>(k, 1);
+      if (!key_tensor(k, v.toTensor(), device)) return false;
+    } else if (v.isTensorList()) {
+      key_val<int8_t>(k, 2);
+      auto ts = v.toTensorVector();
+      key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
+      for (const at::Tensor& t : ts)
+        if (!key_tensor(k, t, device)) return false;
+    } else if (v.isOptionalTensorList()) {
+      key_val<int8_t>(k, 3);
+      auto ts = v.toOptionalTensorVector();
+      key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
+      for (const auto& t : ts)
+        if (!key_tensor(k, t.has_value() ? *t : at::Tensor(), device)) return false;
+    } else if (v.isNone()) {
+      key_val<int8_t>(k, 4);
+    } else if (v.isInt()) {  // integer Scalars too: checks may read them (int ** -1)
+      key_val<int8_t>(k, 5);
+      key_val<int64_t>(k, v.toInt());
+    } else if (v.isBool()) {
+      key_val<int8_t>(k, 6);
+      key_val<int8_t>(k, v.toBool());
+    } else if (v.isDouble()) {
+      key_val<int8_t>(k, 7);
+      if (info.kinds[i] == Kind::Scalar && !info.meta_uses_scalar_values) continue;
+      key_val<double>(k, v.toDouble());
+    } else if (v.isComplexDouble()) {
+      key_val<int8_t>(k, 8);
+      if (!info.meta_uses_scalar_values) continue;
+      auto c = v.toComplexDouble();
+      key_val<double>(k, c.real());
+      key_val<double>(k, c.imag());
+    } else if (v.isIntList()) {
+      key_val<int8_t>(k, 9);
+      auto l = v.toIntVector();
+      key_val<int64_t>(k, static_cast<int64_t>(l.size()));
+      key_bytes(k, l.data(), l.size() * sizeof(int64_t));
+    } else if (v.isBoolList()) {
+      key_val<int8_t>(k, 10);
+      for (bool b : v.toBoolList()) key_val<int8_t>(k, b);
+    } else if (v.isString()) {
+      key_val<int8_t>(k, 11);
+      k.append(v.toStringRef());
+      k.push_back('\0');
+    } else if (v.isDevice()) {
+      key_val<int8_t>(k, 12);
+      key_val<int16_t>(k, static_cast<int16_t>(v.toDevice().type()));
+      key_val<int16_t>(k, v.toDevice().has_index() ? v.toDevice().index() : -1);
+    } else if (v.isGenerator()) {
+      key_val<int8_t>(k, 13);  // which generator does not change shapes
+    } else {
+      return false;  // a kind the cache does not key: run the Meta kernel
+    }
+  }
+  return true;
+}
+
+// run_meta with a per-operator cache of its results.
+bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::jit::Stack& stack,
+                     MetaState& ms) {
+  const size_t nargs = op.schema().arguments().size();
+  const size_t begin = stack.size() - nargs;
+  thread_local std::string key;
+  int device = -1;
+  if (!meta_key(stack, begin, nargs, info, key, device)) return run_meta(op, stack, ms);
+  {
+    std::lock_guard<std::mutex> lock(info.meta_mu);
+    auto it = info.meta_cache.find(key);
+    if (it != info.meta_cache.end()) {
+      ms.device = device;
+      ms.stack = it->second.results;
+      return it->second.ok;
+    }
+  }
+  bool ok = run_meta(op, stack, ms);  // raises PyTorch's errors: nothing cached then
+  OpInfo::MetaResult r;
+  r.ok = ok;
+  if (ok) r.results = ms.stack;
+  std::lock_guard<std::mutex> lock(info.meta_mu);
+  if (info.meta_cache.size() >= 512) info.meta_cache.clear();  // bounded
+  info.meta_cache.emplace(key, std::move(r));
+  return ok;
+}
+
 int add_tensor(const at::Tensor& t, NativeCall& call) {
   tpuc_tensor d{};
   at::Tensor dev = t;
@@ -321,7 +448,7 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   try {
     // 1. Metadata (and PyTorch's own argument errors) from the Meta kernel.
     MetaState ms;
-    if (!run_meta(op, *stack, ms)) {
+    if (!run_meta_cached(op, info, *stack, ms)) {
       why = "no Meta kernel for these arguments (e.g. a data-dependent output shape)";
       return false;
     }

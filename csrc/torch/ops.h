@@ -6,7 +6,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tpuc_torch.h"
@@ -34,6 +36,15 @@ struct OpInfo {
   int generator_arg = -1;
   bool appends_rng = false;       // draws from the default generator without a Generator arg
   std::atomic<int64_t> fallbacks{0};
+  // Meta results by call signature (native.cpp): a repeated call skips the
+  // Meta kernel (often Python) entirely.
+  struct MetaResult {
+    bool ok = false;            // false: no Meta kernel for these arguments
+    torch::jit::Stack results;  // Meta tensors (metadata only, never written)
+  };
+  std::mutex meta_mu;
+  std::unordered_map<std::string, MetaResult> meta_cache;
+  bool meta_uses_scalar_values = false;  // arange/linspace: Scalars shape the output
 };
 
 // The tpu generator an op with a `Generator?` argument draws from (None: the
