@@ -204,8 +204,10 @@ tpuc_status *nn_max_pool2d(tpuc_lower_ctx *cx) {
   pos = ir_pad(g, pos, ir_splat_i64(g, ir_scalar_type(TPUC_S64), -1), lo + 2, hi + 2, NULL);
   ir_type rt = ir_make_type(dt, 4, (int64_t[4]){xt.dims[0], xt.dims[1], o[0], o[1]});
   ir_type it = ir_with_dtype(rt, TPUC_S64);
-  tv best = ir_splat(g, rt, -INFINITY), bidx = ir_splat_i64(g, it, -1);
-  if (!ir_is_float(dt)) best = ir_broadcast_in_dim(g, lo_init(g, dt, IR_RED_MAX), rt, NULL);
+  /* -inf only exists in float types: an integer constant -inf is an emit error */
+  tv best = ir_is_float(dt) ? ir_splat(g, rt, -INFINITY)
+                            : ir_broadcast_in_dim(g, lo_init(g, dt, IR_RED_MAX), rt, NULL);
+  tv bidx = ir_splat_i64(g, it, -1);
   int64_t bd2[2] = {2, 3};
   for (int64_t kh = 0; kh < p.k[0]; kh++)
     for (int64_t kw = 0; kw < p.k[1]; kw++) {
