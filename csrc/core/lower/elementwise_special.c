@@ -40,7 +40,12 @@ static tv u_isposinf(ir_graph *g, tv x) { return is_inf_signed(g, x, INFINITY); 
 static tv u_isneginf(ir_graph *g, tv x) { return is_inf_signed(g, x, -INFINITY); }
 
 tpuc_status *ew_lgamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_LGAMMA, NULL); }
-tpuc_status *ew_digamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_DIGAMMA, NULL); }
+/* PyTorch's digamma(+0) = -inf and digamma(-0) = +inf; XLA's gives NaN at 0 */
+static tv u_digamma(ir_graph *g, tv x) {
+  tv inf = SEL(ew_signbit(g, x), K(INFINITY), K(-INFINITY));
+  return SEL(CMP(IR_EQ, x, K(0)), inf, U(IR_DIGAMMA, x));
+}
+tpuc_status *ew_digamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_digamma); }
 tpuc_status *ew_sinc(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_sinc); }
 tpuc_status *ew_deg2rad(tpuc_lower_ctx *cx) {
   return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_deg2rad);
