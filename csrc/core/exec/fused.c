@@ -8,8 +8,12 @@
  * the first op of a chunk is its anchor; when the anchor's signature recurs
  * the chunk so far is run, and afterwards chunks are cut where the anchor
  * recurs after as many ops as the previous chunk had. While no period is
- * known, the first op that repeats a signature already in the chunk (not
- * the anchor: a prologue before the loop) becomes the anchor and cuts. A steady training
+ * known, a loop is recognised when the last P ops repeat the P ops before
+ * them exactly (P = the distance to the current op's previous occurrence):
+ * the chunk is cut there and the current op becomes the anchor with period
+ * P. Code before a loop (a prologue) thus does not hide the loop, and ops
+ * that merely recur (a layer's ops in the next layer) cut only when whole
+ * periods repeat. A steady training
  * loop thus maps onto the same chunks, whose programs come from the
  * signature cache. Storages freed while ops on them are pending keep no
  * results: the program computes them only where other values need them. */
@@ -32,8 +36,11 @@ typedef struct tpuc_pending {
   pthread_mutex_t lock;
   rec *recs;
   int n, cap;
-  uint64_t *seen; /* open-addressing set of the chunk's signatures (0: empty) */
+  /* open-addressing map: signature (0: empty) -> its last position */
+  uint64_t *seen;
+  int *seen_pos;
   int seen_cap, seen_n;
+  int min_period; /* shortest loop recognised (TPUC_FUSED_MIN_PERIOD) */
   bool anchored;
   uint64_t anchor;
   int period; /* ops in the last chunk cut at the anchor; 0: not known */
@@ -50,7 +57,14 @@ static tpuc_status *ensure_pending(tpuc_runtime *rt) {
   if (!rt->pending) {
     pending *p = calloc((size_t)rt->device_count, sizeof *p);
     if (p) {
-      for (int i = 0; i < rt->device_count; i++) pthread_mutex_init(&p[i].lock, NULL);
+      const char *mp = getenv("TPUC_FUSED_MIN_PERIOD");
+      /* loops shorter than this are not cut per iteration: a per-parameter
+       * optimizer sequence or one layer would make many small chunks */
+      int min_period = mp && atoi(mp) > 0 ? atoi(mp) : 16;
+      for (int i = 0; i < rt->device_count; i++) {
+        pthread_mutex_init(&p[i].lock, NULL);
+        p[i].min_period = min_period;
+      }
       rt->pending = p;
     }
   }
@@ -127,30 +141,45 @@ static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
   return NULL;
 }
 
-/* ---- the chunk's signature set ---- */
-static bool seen_insert(pending *pd, uint64_t sig) { /* true if it was there */
+/* ---- the chunk's signatures ---- */
+/* Records that `sig` is at position `pos`; returns its previous position in
+ * the chunk, or -1. */
+static int seen_put(pending *pd, uint64_t sig, int pos) {
   if (sig == 0) sig = 1;
   if (2 * (pd->seen_n + 1) > pd->seen_cap) {
     int cap = pd->seen_cap ? pd->seen_cap * 2 : 1024;
     uint64_t *ns = calloc((size_t)cap, sizeof *ns);
-    if (!ns) return false;
+    int *np = malloc((size_t)cap * sizeof *np);
+    if (!ns || !np) {
+      free(ns);
+      free(np);
+      return -1;
+    }
     for (int i = 0; i < pd->seen_cap; i++)
       if (pd->seen[i])
         for (int j = (int)(pd->seen[i] % (uint64_t)cap);; j = (j + 1) % cap)
           if (!ns[j]) {
             ns[j] = pd->seen[i];
+            np[j] = pd->seen_pos[i];
             break;
           }
     free(pd->seen);
+    free(pd->seen_pos);
     pd->seen = ns;
+    pd->seen_pos = np;
     pd->seen_cap = cap;
   }
   for (int j = (int)(sig % (uint64_t)pd->seen_cap);; j = (j + 1) % pd->seen_cap) {
-    if (pd->seen[j] == sig) return true;
+    if (pd->seen[j] == sig) {
+      int prev = pd->seen_pos[j];
+      pd->seen_pos[j] = pos;
+      return prev;
+    }
     if (!pd->seen[j]) {
       pd->seen[j] = sig;
+      pd->seen_pos[j] = pos;
       pd->seen_n++;
-      return false;
+      return -1;
     }
   }
 }
@@ -158,6 +187,15 @@ static bool seen_insert(pending *pd, uint64_t sig) { /* true if it was there */
 static void seen_clear(pending *pd) {
   if (pd->seen) memset(pd->seen, 0, (size_t)pd->seen_cap * sizeof *pd->seen);
   pd->seen_n = 0;
+}
+
+/* True when the P ops before position n repeat the P ops before them. */
+static bool whole_period_repeats(const pending *pd, int n, int p) {
+  int period = n - p;
+  if (period < pd->min_period || p < period) return false;
+  for (int i = 0; i < period; i++)
+    if (pd->recs[p - period + i].sig != pd->recs[p + i].sig) return false;
+  return true;
 }
 
 /* ---- flushing ---- */
@@ -281,6 +319,7 @@ void tpuc_fused_destroy(tpuc_runtime *rt) {
   for (int d = 0; d < rt->device_count; d++) {
     free(rt->pending[d].recs);
     free(rt->pending[d].seen);
+    free(rt->pending[d].seen_pos);
     pthread_mutex_destroy(&rt->pending[d].lock);
   }
   free(rt->pending);
@@ -296,34 +335,33 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
   pending *pd = pending_of(rt, c->device);
   pthread_mutex_lock(&pd->lock);
   bool graph = atomic_load(&rt->mode) == TPUC_MODE_GRAPH;
-  bool repeats = !graph && pd->n > 0 && seen_insert(pd, sig);
+  int prev = graph ? -1 : seen_put(pd, sig, pd->n);
   if (graph) {
     pd->anchored = false; /* only tpuc_flush cuts a graph */
-  } else if (pd->n > 0 && pd->anchored && sig == pd->anchor &&
-             (pd->period == 0 || pd->n == pd->period)) {
-    pd->period = pd->n; /* a loop boundary */
-    st = flush_locked(rt, c->device, pd);
-  } else if (repeats && pd->period == 0) {
-    /* no known period and a signature repeats: the loop starts here */
+  } else if (pd->n > 0 && pd->anchored && pd->period > 0 && sig == pd->anchor &&
+             pd->n == pd->period) {
+    st = flush_locked(rt, c->device, pd); /* the next iteration of a known loop */
+  } else if (prev >= 0 && (pd->period == 0 || !pd->anchored) &&
+             whole_period_repeats(pd, pd->n, prev)) {
+    /* a loop recognised: two whole periods ended here */
+    int period = pd->n - prev;
     st = flush_locked(rt, c->device, pd);
     pd->anchored = true;
     pd->anchor = sig;
+    pd->period = period;
   } else if (pd->n >= CHUNK_CAP) {
     st = flush_locked(rt, c->device, pd);
     pd->anchored = false;
+    pd->period = 0;
   } else if (pd->anchored && pd->period && pd->n > 2 * pd->period) {
-    pd->period = 0; /* the loop changed: cut at the anchor's next recurrence */
+    pd->period = 0; /* the loop changed: look for it again */
+    pd->anchored = false;
   }
   if (st) {
     pthread_mutex_unlock(&pd->lock);
     return st;
   }
-  if (pd->n == 0 && !pd->anchored && !graph) {
-    pd->anchored = true;
-    pd->anchor = sig;
-    pd->period = 0;
-  }
-  if (pd->n == 0 && !graph) seen_insert(pd, sig);
+  if (pd->n == 0 && !graph) seen_put(pd, sig, 0);
   if (pd->n == pd->cap) {
     int cap = pd->cap ? pd->cap * 2 : 256;
     rec *nr = realloc(pd->recs, (size_t)cap * sizeof *nr);
