@@ -69,6 +69,7 @@ test: test-c test-c-asan test-py
 
 demo: $(STAMP)
 	$(VENV)/bin/tpuc info
+	$(PY) examples/train_transformer.py --device tpu --steps 300
 
 # Benchmarks: `make bench` (under 20 minutes) or `make bench BENCH=quick`.
 bench: $(STAMP)
