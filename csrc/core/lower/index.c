@@ -138,6 +138,10 @@ static tpuc_status *l_take(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tv x = lx_tensor(cx, 0);
   ir_type xt = ir_type_of(g, x);
+  if (ir_numel(&ot) == 0) { /* no index: nothing to gather (a gather from an empty x is invalid) */
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
   int64_t n = ir_numel(&xt);
   x = ir_reshape(g, x, 1, &n);
   tv idx = lo_wrap_index(g, lx_tensor(cx, 1), n);
