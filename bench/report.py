@@ -138,9 +138,11 @@ def write(root: str, machine: dict, quick: bool) -> str:
         if r.get("error"):
             L += [f"Error: `{r['error'][-300:]}`", ""]
         if r.get("rows"):
-            L += ["| what | seconds |", "|---|---|"]
-            L += [f"| {row['what']} | {row['seconds']:.2f} |" for row in r["rows"]]
-            L += ["", f"Cold / warm: {r['cold_over_warm']:.1f}x. Compiles in each later step: "
+            L += ["| what | seconds | programs compiled |", "|---|---|---|"]
+            L += [f"| {row['what']} | {row['seconds']:.2f} | {_fmt(row.get('compiles'))} |"
+                  for row in r["rows"]]
+            L += ["", f"Cold / warm disk: {r.get('cold_over_disk', 0):.1f}x; cold / warm memory: "
+                      f"{r['cold_over_warm']:.1f}x. Compiles in each later step: "
                       f"{r['compiles_per_step_after_first']}.", ""]
     if "memory" in res:
         r = res["memory"]

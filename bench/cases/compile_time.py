@@ -1,11 +1,14 @@
-"""Time to the first training step with a cold and a warm compile cache, and
-compiles per step until steady state. Runs in a fresh process."""
+"""Time to the first training step with a cold compile cache, with a warm disk
+cache (a second process sharing the cache directory) and with a warm
+in-memory cache (a second model in the same process), and compiles per step
+until steady state."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 from .common import tpu_available
 
@@ -30,8 +33,9 @@ for _ in range(int(sys.argv[2])):
     _, loss = m(x, x); opt.zero_grad(); loss.backward(); opt.step(); loss.item()
     per_step.append(torch.tpu.stats()["compiles"] - before)
 warm, *_ = first_step()
-print(json.dumps({"cold_s": cold, "warm_memory_s": warm, "compiles_per_step": per_step,
-                  "first_step_compiles": None}))
+s = torch.tpu.stats()
+print(json.dumps({"first_s": cold, "warm_memory_s": warm, "compiles_per_step": per_step,
+                  "compiles": s["compiles"], "disk_hits": s["disk_hits"]}))
 """
 
 
@@ -40,21 +44,32 @@ def run(quick: bool) -> dict:
         return {"title": "Compile", "command": COMMAND, "rows": [],
                 "notes": "tpu unavailable on this install"}
     examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
-    r = subprocess.run([sys.executable, "-c", _CHILD, examples, "3" if quick else "6"],
-                       capture_output=True, text=True, timeout=1200)
-    if r.returncode != 0:
-        return {"title": "Compile", "command": COMMAND, "rows": [],
-                "error": r.stderr[-2000:]}
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TPUC_CACHE_DIR=cache)
+        runs = []
+        for _ in range(2):  # the first process fills the disk cache, the second reads it
+            r = subprocess.run([sys.executable, "-c", _CHILD, examples, "3" if quick else "6"],
+                               capture_output=True, text=True, timeout=1200, env=env)
+            if r.returncode != 0:
+                return {"title": "Compile", "command": COMMAND, "rows": [],
+                        "error": r.stderr[-2000:]}
+            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    cold, disk = runs
     rows = [
-        {"what": "first step, cold cache (fresh process)", "seconds": res["cold_s"]},
-        {"what": "first step of a new model, warm in-memory cache", "seconds": res["warm_memory_s"]},
+        {"what": "first step, cold cache (fresh process, empty cache directory)",
+         "seconds": cold["first_s"], "compiles": cold["compiles"]},
+        {"what": "first step, warm disk cache (fresh process, same directory)",
+         "seconds": disk["first_s"], "compiles": disk["compiles"]},
+        {"what": "first step of a new model, warm in-memory cache (same process)",
+         "seconds": cold["warm_memory_s"], "compiles": None},
     ]
     return {
         "title": "Compile: time to first step and compiles until steady state",
         "command": COMMAND,
         "rows": rows,
-        "compiles_per_step_after_first": res["compiles_per_step"],
-        "cold_over_warm": res["cold_s"] / max(res["warm_memory_s"], 1e-9),
-        "notes": "A 2-layer example model, batch 4 x 64. The disk cache tier is not built yet.",
+        "compiles_per_step_after_first": cold["compiles_per_step"],
+        "cold_over_warm": cold["first_s"] / max(cold["warm_memory_s"], 1e-9),
+        "cold_over_disk": cold["first_s"] / max(disk["first_s"], 1e-9),
+        "notes": "A 2-layer example model, batch 4 x 64, strict mode. 'compiles' counts programs "
+                 "compiled by the plugin in that process (the warm-disk process loads them).",
     }

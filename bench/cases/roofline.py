@@ -16,14 +16,15 @@ def _tpu_mm(n: int, dtype: torch.dtype, batch: int | None, repeats: int) -> floa
     a = torch.randn(*shape).to(dtype).to("tpu")
     b = torch.randn(*shape).to(dtype).to("tpu")
     op = torch.bmm if batch else torch.mm
-    op(a, b)
+    c = op(a, b)
     sync("tpu")
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        op(a, b)
+        c = op(a, b)  # kept alive: synchronize waits for the live results
         sync("tpu")
         best = min(best, time.perf_counter() - t0)
+    del c
     return 2 * n**3 * (batch or 1) / best
 
 
