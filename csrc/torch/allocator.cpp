@@ -131,24 +131,9 @@ std::optional<c10::DeviceIndex> device_of_storage_ptr(const void* p) {
 
 void synchronize(int device) {
   if (!runtime_started()) return;  // nothing ever ran
-  check(tpuc_flush(runtime(), device), "synchronize");  // ops recorded in fused mode run now
-  std::vector<tpuc_buffer*> buffers;
-  {
-    auto& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    for (tpuc_storage* s : r.live) {
-      if (device >= 0 && tpuc_storage_device(s) != device) continue;
-      if (tpuc_buffer* b = tpuc_storage_get_buffer(s)) buffers.push_back(b);
-    }
-  }
-  tpuc_status* first = nullptr;
-  for (tpuc_buffer* b : buffers) {
-    tpuc_status* st = tpuc_buffer_await(b);
-    if (st && !first) first = st;
-    else if (st) tpuc_status_destroy(st);
-    tpuc_buffer_release(b);
-  }
-  check(first, "synchronize");
+  // Ops recorded in fused mode run, then every program launched so far is
+  // waited for, including those whose results were already freed.
+  check(tpuc_synchronize(runtime(), device), "synchronize");
 }
 
 }  // namespace tpuc_torch

@@ -328,6 +328,10 @@ tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode);
 tpuc_mode tpuc_get_mode(tpuc_runtime *rt);
 /* Runs the ops recorded for `device` (-1: every device) now. */
 tpuc_status *tpuc_flush(tpuc_runtime *rt, int device);
+/* Flushes, then waits for every program launched on `device` (-1: all) so
+ * far, whether or not its results are still alive; returns the first device
+ * error among them. */
+tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device);
 
 typedef struct {
   int64_t op_calls;       /* tpuc_op_run calls */

@@ -52,7 +52,7 @@ tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *ar
   a.num_devices = 1;
   a.num_args = (size_t)nargs;
   a.output_lists = out_lists;
-  a.device_complete_events = wait ? complete : NULL;
+  a.device_complete_events = complete; /* waited for here, or kept for synchronize */
   a.execute_device = rt->devices[device].device;
   s = tpuc_plugin_error(p, execute(&a), "launching a program");
   if (s) goto done;
@@ -72,6 +72,10 @@ tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *ar
       tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
     }
   }
+  if (!wait && complete[0]) { /* asynchronous: remember it for tpuc_synchronize */
+    tpuc_inflight_push(rt, device, complete[0]);
+    complete[0] = NULL;
+  }
   tpuc_status *ws = tpuc_event_wait(rt, complete[0], "device computation failed");
   if (ws && !s) {
     for (int i = 0; i < e->num_outputs; i++) tpuc_buffer_release(outs[i]);
@@ -85,4 +89,49 @@ done:
   if (arg_bufs != arg_small) free(arg_bufs);
   if (out_bufs != out_small) free(out_bufs);
   return s;
+}
+
+/* ---- in-flight programs ----
+ * Each asynchronous launch leaves its completion event here, so that
+ * tpuc_synchronize can wait for every program launched so far, including
+ * those whose results were already freed. The ring is bounded: when it is
+ * full the oldest event is waited for (long done, in practice). */
+void tpuc_inflight_push(tpuc_runtime *rt, int device, pj_event *ev) {
+  pj_event *old = NULL;
+  pthread_mutex_lock(&rt->mem_lock);
+  tpuc_device_rec *d = &rt->devices[device];
+  if (d->inflight_n == TPUC_INFLIGHT) {
+    old = d->inflight[d->inflight_head];
+    d->inflight_head = (d->inflight_head + 1) % TPUC_INFLIGHT;
+    d->inflight_n--;
+  }
+  d->inflight[(d->inflight_head + d->inflight_n) % TPUC_INFLIGHT] = ev;
+  d->inflight_n++;
+  pthread_mutex_unlock(&rt->mem_lock);
+  /* an error here belongs to a program whose results were read (and the
+   * error reported) or freed: nothing is left to report it to */
+  tpuc_status_destroy(tpuc_event_wait(rt, old, NULL));
+}
+
+tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device) {
+  tpuc_status *first = tpuc_flush(rt, device);
+  for (int dv = 0; dv < rt->device_count; dv++) {
+    if (device >= 0 && dv != device) continue;
+    for (;;) {
+      pj_event *ev = NULL;
+      pthread_mutex_lock(&rt->mem_lock);
+      tpuc_device_rec *d = &rt->devices[dv];
+      if (d->inflight_n) {
+        ev = d->inflight[d->inflight_head];
+        d->inflight_head = (d->inflight_head + 1) % TPUC_INFLIGHT;
+        d->inflight_n--;
+      }
+      pthread_mutex_unlock(&rt->mem_lock);
+      if (!ev) break;
+      tpuc_status *s = tpuc_event_wait(rt, ev, "device computation failed");
+      if (s && !first) first = s;
+      else tpuc_status_destroy(s);
+    }
+  }
+  return first;
 }

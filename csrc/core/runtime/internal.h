@@ -42,8 +42,13 @@ tpuc_status *tpuc_plugin_missing(const tpuc_plugin *p, const char *what);
 typedef pj_error *(*pj_generic_fn)(void *args);
 
 /* ---- runtime.c ---- */
+#define TPUC_INFLIGHT 256
+
 typedef struct tpuc_device_rec {
   pj_device *device;
+  /* completion events of launched programs (execute.c), under mem_lock */
+  pj_event *inflight[TPUC_INFLIGHT];
+  int inflight_head, inflight_n;
   int id;
   char *kind;
   char *description;
@@ -91,6 +96,9 @@ struct tpuc_runtime {
 };
 
 void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta_bytes);
+
+/* execute.c */
+void tpuc_inflight_push(tpuc_runtime *rt, int device, pj_event *ev);
 
 /* ---- buffer.c ---- */
 struct tpuc_buffer {

@@ -177,6 +177,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
 void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (!rt) return;
   tpuc_fused_destroy(rt);
+  if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
   tpuc_fast_cache_clear(rt);
   free(rt->fast_buckets);
   tpuc_cache_clear(rt);
