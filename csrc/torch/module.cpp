@@ -59,6 +59,7 @@ py::dict runtime_stats() {
   d["disk_corrupt"] = rs.disk_corrupt;
   d["disk_evictions"] = rs.disk_evictions;
   d["load_seconds"] = rs.load_seconds;
+  d["recompiles"] = os.recompiles;
   return d;
 }
 
@@ -151,6 +152,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_mode", [] {
     tpuc_runtime* rt = runtime_or_null();
     return rt ? static_cast<int>(tpuc_get_mode(rt)) : 0;
+  });
+  m.def("_recompile_reasons", [] {
+    std::vector<std::string> out;
+    tpuc_runtime* rt = runtime_or_null();
+    if (!rt) return out;
+    std::string buf(tpuc_recompile_reasons(rt, nullptr, 0) + 4096, '\0');
+    tpuc_recompile_reasons(rt, buf.data(), buf.size());
+    size_t start = 0;
+    for (size_t i = 0; i < buf.size() && buf[i]; ++i)
+      if (buf[i] == '\n') {
+        out.emplace_back(buf, start, i - start);
+        start = i + 1;
+      }
+    return out;
   });
   m.def("_flush", [](int device) {
     if (tpuc_runtime* rt = runtime_or_null()) check(tpuc_flush(rt, device), "running fused ops");

@@ -298,12 +298,15 @@ def stats() -> dict[str, Any]:
     compile and load seconds, the op engine's signature cache
     (fast_hits/fast_misses), fused execution (recorded_ops, flushes,
     chunk_hits/chunk_misses), graphs compiled by torch.compile
-    (dynamo_compiles) and ``fallbacks``: op name -> number of times it ran on
-    the CPU instead of the device."""
+    (dynamo_compiles), ``recompiles`` with the last ``recompile_reasons`` (what
+    changed in an op's signature; TPUC_LOG_RECOMPILES=1 prints them as they
+    happen) and ``fallbacks``: op name -> number of times it ran on the CPU
+    instead of the device."""
     from . import dynamo
 
     out: dict[str, Any] = dict(_C._runtime_stats())
     out["dynamo_compiles"] = dynamo.graphs_compiled()
+    out["recompile_reasons"] = list(_C._recompile_reasons())
     out["fallbacks"] = dict(_C._fallback_counts())
     return out
 

@@ -34,6 +34,9 @@ void tpuc_storage_release(tpuc_storage *s);
  * fused execution uses to find loop boundaries. */
 tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *sig);
 
+/* recompile.c: records why `c` compiles when its op compiled before. */
+void tpuc_recompile_note(tpuc_runtime *rt, const tpuc_op_call *c);
+
 /* fused.c */
 bool tpuc_fused_recording(tpuc_runtime *rt);
 tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c);

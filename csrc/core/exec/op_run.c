@@ -53,6 +53,7 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
     *out = e;
     goto done;
   }
+  if (compile) tpuc_recompile_note(rt, c);
   /* build (and compile) a fresh entry, then publish it */
   fast_entry *ne = entry_new(&k, h);
   if (!ne) {
@@ -152,4 +153,5 @@ void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out) {
   out->chunk_hits = rt->chunk_hits;
   out->chunk_misses = rt->chunk_misses;
   pthread_mutex_unlock(&rt->fast_lock);
+  out->recompiles = tpuc_recompile_count(rt);
 }

@@ -342,9 +342,17 @@ typedef struct {
   int64_t flushes;        /* fused chunks run */
   int64_t chunk_hits;     /* chunks whose program came from the signature cache */
   int64_t chunk_misses;   /* chunks built, emitted and compiled (or loaded) */
+  int64_t recompiles;     /* an op compiled for a new signature after an earlier one */
 } tpuc_op_stats;
 
 void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);
+
+/* The last (up to 64) recompile reasons, one per line, oldest first, each
+ * naming what changed ("aten::add.Tensor: input 0 shape [4] -> [8]"). Writes
+ * at most n bytes (NUL-terminated) and returns the size needed.
+ * TPUC_LOG_RECOMPILES=1 also prints each reason to stderr when it happens. */
+size_t tpuc_recompile_reasons(tpuc_runtime *rt, char *buf, size_t n);
+int64_t tpuc_recompile_count(tpuc_runtime *rt);
 
 #ifdef __cplusplus
 }

@@ -90,6 +90,7 @@ struct tpuc_runtime {
   /* fused execution (exec/fused.c) */
   atomic_int mode;
   struct tpuc_pending *pending; /* one per device */
+  struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 
   atomic_llong executions;
   atomic_llong live_objects; /* buffers + executables not yet destroyed */
@@ -147,6 +148,7 @@ void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_ex
 
 /* ---- exec/op_run.c ---- */
 void tpuc_fast_cache_clear(tpuc_runtime *rt);
+void tpuc_recompiles_destroy(tpuc_runtime *rt);
 /* exec/fused.c: runs what is pending and frees the recording state. */
 void tpuc_fused_destroy(tpuc_runtime *rt);
 

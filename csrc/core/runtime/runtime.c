@@ -180,6 +180,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
   tpuc_fast_cache_clear(rt);
   free(rt->fast_buckets);
+  tpuc_recompiles_destroy(rt);
   tpuc_cache_clear(rt);
   if (rt->client) {
     pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_CLIENT_DESTROY);

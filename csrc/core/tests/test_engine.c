@@ -230,6 +230,27 @@ static void test_signature_cache_and_scalars(void) {
   tpuc_storage_destroy(so);
 }
 
+static void test_recompile_reason_names_the_change(void) {
+  float a[8] = {0};
+  tpuc_storage *s4 = storage_f32(a, 4), *s8 = storage_f32(a, 8);
+  tpuc_storage *o4 = storage_f32(NULL, 4), *o8 = storage_f32(NULL, 8);
+  int64_t four = 4, eight = 8;
+  tpuc_tensor i4[2] = {contiguous(s4, 1, &four), contiguous(s4, 1, &four)};
+  tpuc_tensor i8[2] = {contiguous(s8, 1, &eight), contiguous(s8, 1, &eight)};
+  int64_t before = tpuc_recompile_count(rt);
+  CHECK_OK(run1(OP(k_add), i4, 2, contiguous(o4, 1, &four), NULL, 0));
+  CHECK_OK(run1(OP(k_add), i8, 2, contiguous(o8, 1, &eight), NULL, 0));
+  CHECK(tpuc_recompile_count(rt) >= before + 1);
+  char buf[4096];
+  size_t need = tpuc_recompile_reasons(rt, buf, sizeof buf);
+  CHECK(need > 1 && need <= sizeof buf);
+  CHECK(strstr(buf, "test::add: input 0 shape [4] -> [8]") != NULL);
+  tpuc_storage_destroy(s4);
+  tpuc_storage_destroy(s8);
+  tpuc_storage_destroy(o4);
+  tpuc_storage_destroy(o8);
+}
+
 static void test_declined_is_unimplemented_and_cached(void) {
   float a[2] = {1, 2};
   int64_t sz[1] = {2};
@@ -557,6 +578,7 @@ int main(void) {
   RUN(test_fused_declined_and_host_writes);
   RUN(test_signature_cache_and_scalars);
   RUN(test_declined_is_unimplemented_and_cached);
+  RUN(test_recompile_reason_names_the_change);
   RUN(test_ir_argmax_sort);
   RUN(test_ir_reduce_window_gather_scatter);
   RUN(test_ir_dot_conv_misc);

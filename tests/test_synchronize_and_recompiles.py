@@ -1,4 +1,4 @@
-"""torch.tpu.synchronize() waits for every program launched so far — also
+"""Recompile reasons name what changed in a signature; torch.tpu.synchronize() waits for every program launched so far — also
 those whose results were freed before it was called (timing code relies on
 it) — and reports a device error of such work."""
 from __future__ import annotations
@@ -27,3 +27,13 @@ def test_synchronize_in_fused_mode_runs_pending_ops() -> None:
         assert torch.equal(y.cpu(), torch.full((4,), 3.0))
     finally:
         torch.tpu.set_eager_mode(prev)
+
+
+def test_recompile_reasons_name_what_changed() -> None:
+    before = torch.tpu.stats()["recompiles"]
+    for n in (5, 9):  # the second shape recompiles aten::add.Tensor (or its out= form)
+        a = torch.randn(n, 3, device="tpu")
+        (a + a).cpu()
+    s = torch.tpu.stats()
+    assert s["recompiles"] > before
+    assert any("shape [5, 3] -> [9, 3]" in r for r in s["recompile_reasons"]), s["recompile_reasons"]
