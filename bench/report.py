@@ -77,6 +77,13 @@ def _plot_train(res: dict, path: str) -> bool:
     return True
 
 
+def rewrite(root: str) -> str:
+    """Renders docs/performance.md again from bench/results/ (no measuring)."""
+    res = _load(root)
+    any_case = next(iter(res.values()))
+    return write(root, any_case["machine"], quick=any_case.get("quick", False))
+
+
 def write(root: str, machine: dict, quick: bool) -> str:
     res = _load(root)
     docs = os.path.join(root, "docs")
@@ -129,6 +136,16 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L.append(f"| {row['model']} ({row['params'] / 1e6:.1f}M) | {row['contender']} | "
                      f"{row['tokens_per_s']:.0f} | {_fmt(st['median_s'])} [{_fmt(st['min_s'])}, "
                      f"{_fmt(st['max_s'])}] | {row['mfu']:.3f} | {_fmt(row['vs_cpu_eager'])}x |")
+        by = {(row["model"], row["contender"]): row.get("tokens_per_s") for row in r["rows"]}
+        for model in sorted({row["model"] for row in r["rows"]}):
+            strict = by.get((model, "tpu strict"))
+            parts = []
+            for c in ("tpu fused", "tpu compiled", "cpu eager", "cpu inductor"):
+                if strict and by.get((model, c)):
+                    parts.append(f"{c} / tpu strict = {by[(model, c)] / strict:.2f}x")
+            if parts:
+                L.append(f"- {model}: " + "; ".join(parts))
+        L.append("")
         if _plot_train(r, os.path.join(docs, "perf_train_step.png")):
             L += ["", "![train step](perf_train_step.png)"]
         L.append("")
