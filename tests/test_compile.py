@@ -31,15 +31,15 @@ def test_forward_and_backward_match_cpu() -> None:
     s1 = torch.tpu.stats()
     assert s1["dynamo_compiles"] - s0["dynamo_compiles"] == 2  # forward + backward
     assert s1["fallbacks"] == s0["fallbacks"]
-    # later identical calls (the second also accumulates into .grad, a new
-    # eager op): the same two graph programs from the signature cache
-    cm(x.to("tpu")).square().sum().backward()
-    s2 = torch.tpu.stats()
-    cm(x.to("tpu")).square().sum().backward()
-    s3 = torch.tpu.stats()
-    assert s3["compiles"] == s2["compiles"]
-    assert s2["chunk_hits"] - s1["chunk_hits"] == 2
-    assert s3["chunk_hits"] - s2["chunk_hits"] == 2
+    # later identical calls take the same two graph programs from the signature
+    # cache; the eager gradient accumulation around them settles after two
+    # calls (the .grad buffers first come from the graph, then from add_)
+    counts = []
+    for _ in range(3):
+        cm(x.to("tpu")).square().sum().backward()
+        counts.append(torch.tpu.stats())
+    assert counts[2]["compiles"] == counts[1]["compiles"]
+    assert counts[2]["chunk_hits"] - s1["chunk_hits"] == 6
 
 
 def test_inference_under_no_grad() -> None:
