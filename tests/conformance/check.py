@@ -142,9 +142,10 @@ class _Checker:
     def _fail(self, kind: str, check: str, desc: str, msg: str) -> None:
         self.failures.append((kind, f"{check} {desc}: {msg}"))
 
-    def _compare(self, check: str, desc: str, actual: Any, expected: Any, shape_only: bool) -> None:
+    def _compare(self, check: str, desc: str, actual: Any, expected: Any, shape_only: bool,
+                 anywhere: bool = False) -> None:
         elsewhere = [str(t.device) for t in tensors(actual) if t.device.type != DEVICE]
-        if elsewhere:
+        if elsewhere and not anywhere:
             self._fail("mismatch", check, desc, f"a result is on {elsewhere[0]}, not on {DEVICE}")
             return
         try:
@@ -191,7 +192,9 @@ class _Checker:
             except Exception as e:
                 self._fail("error", "forward", desc, _first_line(e))
                 continue
-            self._compare("forward", desc, actual, expected, shape_only)
+            # a sample that names a device itself (x.to("cpu", ...)) may return a CPU tensor
+            anywhere = any(isinstance(a, torch.device) or (isinstance(a, str) and a == "cpu") for a in sample.args)
+            self._compare("forward", desc, actual, expected, shape_only, anywhere)
             self._inplace(sample, desc, shape_only)
             self._out(sample, desc, expected, shape_only)
 
@@ -233,9 +236,21 @@ class _Checker:
         except Exception as e:
             self._fail("error", "out", desc, _first_line(e))
             return
-        # against the functional result, as test_ops' test_out does: the CPU's own out= is
-        # wrong for a few samples (fft.ihfft2 with one dim leaves elements unwritten)
+        # Against the functional result (as test_ops' test_out), or else the CPU's own out=
+        # result: the CPU's two paths round differently for some samples (bfloat16 linear
+        # on 3-d input: addmm's out= kernel vs matmul + add), and either is PyTorch's answer.
+        if not shape_only and not self._close("out", out_dev, expected) and self._close("out", out_dev, out_cpu):
+            self.checks["out"] += 1
+            return
         self._compare("out", desc, out_dev, expected, shape_only)
+
+    def _close(self, check: str, actual: Any, expected: Any) -> bool:
+        try:
+            tol = policy.tolerance(self.key, self.dtype_name, check)
+            torch.testing.assert_close(to_cpu(actual), expected, equal_nan=True, **tol)
+            return True
+        except Exception:
+            return False
 
     def grad(self) -> None:
         if self.dtype != torch.float32 or not self.op.supports_autograd or self.random_reason:
@@ -244,6 +259,8 @@ class _Checker:
             return
         for sample in self._samples(True, self.grad_samples):
             desc = describe([sample.input, *sample.args]) + (f" {describe(sample.kwargs)}" if sample.kwargs else "")
+            if policy.sample_is_random(self.key, sample):
+                continue  # gradients through a random mask are not comparable either
             parts = clone((sample.input, sample.args, sample.kwargs))
             leaves = [t for t in tensors(parts) if t.requires_grad]
             if not leaves:
