@@ -8,7 +8,7 @@ from typing import Any
 
 from .check import CLASSES
 from .known_failures import KNOWN_FAILURES
-from .policy import NONDETERMINISTIC, TOLERANCES
+from .policy import NONDETERMINISTIC, NONDETERMINISTIC_SAMPLES, TOLERANCES
 
 SYMBOL = {"native_pass": "N", "fallback_pass": "F", "mismatch": "M", "error": "E", "skipped": "S"}
 
@@ -49,6 +49,11 @@ def unexplained(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             if e["class"] in ("mismatch", "error") and not e.get("known")]
 
 
+def _md(text: str) -> str:
+    """Text for a markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def _cell(e: dict[str, Any] | None) -> str:
     if e is None:
         return ""
@@ -86,22 +91,27 @@ def markdown(doc: dict[str, Any]) -> str:
                 if e["class"] in ("mismatch", "error")]
     out += ["", "## Mismatches and errors", "", "| op | dtype | class | first failure | reason |", "|---|---|---|---|---|"]
     for op, dt, e in failures:
-        detail = e.get("detail", "").replace("|", "\\|")
-        reason = (e.get("known") or "**UNEXPLAINED**").replace("|", "\\|")
+        detail = _md(e.get("detail", ""))
+        reason = _md(e.get("known") or "**UNEXPLAINED**")
         out.append(f"| {op} | {dt} | {e['class']} | {detail} | {reason} |")
     out += ["", "## Tolerance overrides (tests/conformance/policy.py)", "",
             "| op | dtype | atol | rtol | checks | reason |", "|---|---|---:|---:|---|---|"]
     for (op, dt), t in sorted(TOLERANCES.items()):
-        out.append(f"| {op} | {dt} | {t.atol:g} | {t.rtol:g} | {', '.join(t.checks)} | {t.reason} |")
+        out.append(f"| {op} | {dt} | {t.atol:g} | {t.rtol:g} | {', '.join(t.checks)} | {_md(t.reason)} |")
     out += ["", "## Compared for shape and dtype only", ""]
     out += [f"- {op}: {why}" for op, why in sorted(NONDETERMINISTIC.items())]
-    out += ["", "## Per op", "", "| op | " + " | ".join(dts) + " |", "|---|" + "---|" * len(dts)]
+    out += [f"- {op}, samples with {why}" for op, (why, _) in sorted(NONDETERMINISTIC_SAMPLES.items())]
+    out += ["", "## Per op", "", "| op | " + " | ".join(dts) + " | fell back to |", "|---|" + "---|" * len(dts) + "---|"]
     for op, per in doc["ops"].items():
-        out.append(f"| {op} | " + " | ".join(_cell(per.get(dt)) for dt in dts) + " |")
+        fb = sorted({f.removeprefix("aten::") for e in per.values() for f in e.get("fallbacks", {})})
+        out.append(f"| {op} | " + " | ".join(_cell(per.get(dt)) for dt in dts) + f" | {', '.join(fb)} |")
     return "\n".join(out) + "\n"
 
 
 def write(doc: dict[str, Any], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "op_coverage.json").write_text(json.dumps(doc, indent=1) + "\n")
+    head = json.dumps({k: v for k, v in doc.items() if k != "ops"}, indent=1)
+    ops = ",\n".join(f"  {json.dumps(op)}: {json.dumps(per, sort_keys=True)}" for op, per in doc["ops"].items())
+    # one line per op: small diffs when a lowering changes a few entries
+    (out_dir / "op_coverage.json").write_text(head[:-2] + ',\n "ops": {\n' + ops + "\n }\n}\n")
     (out_dir / "op_coverage.md").write_text(markdown(doc))
