@@ -119,7 +119,6 @@ def test_index_ops():
     assert compare(lambda m, u, j: u[j].sum(0), rq(5, 4), i) == []
 
 
-@pytest.mark.xfail(strict=False, reason="glue: no encoding for None inside Tensor?[]")
 def test_index_with_slices():
     x = torch.randn(5, 4)
     same(lambda u, j: u[:, j], x, torch.tensor([3, 0]))

@@ -118,21 +118,15 @@ def test_embedding():
     assert compare(lambda m, i: m(i.to(m.weight.device)), idx, module=emb) == []
 
 
-# The glue registers one boxed fallback for PrivateUse1, so ops with a
-# CompositeExplicitAutograd kernel (convolution, convolution_backward, ...)
-# never reach it: ATen decomposes them down to convolution_overrideable, whose
-# default kernel throws. Lowerings exist for all four names.
-glue_cea = pytest.mark.xfail(raises=NotImplementedError, strict=False,
-                             reason="glue: CompositeExplicitAutograd ops need a PrivateUse1 impl")
+# convolution and convolution_backward have CompositeExplicitAutograd kernels;
+# the glue routes them to the boxed kernel so they reach their lowerings.
 
 
-@glue_cea
 def test_conv2d():
     conv = nn.Conv2d(3, 4, 3, padding=1)
     assert compare(lambda m, x: m(x), rq(2, 3, 8, 8), module=conv) == []
 
 
-@glue_cea
 def test_conv2d_no_bias_frozen_input():
     conv = nn.Conv2d(4, 4, 3, stride=2, groups=2, bias=False)
     assert compare(lambda m, x: m(x), torch.randn(2, 4, 9, 9), module=conv) == []
@@ -147,7 +141,6 @@ def test_pools():
     assert compare(lambda m, x: F.adaptive_avg_pool2d(x, (2, 3)), rq(2, 3, 8, 9)) == []
 
 
-@pytest.mark.xfail(strict=False, reason="glue: native_batch_norm's running stats are not outputs")
 def test_batch_norm_training_updates_running_stats():
     bn = nn.BatchNorm2d(3)
     bn_d = copy.deepcopy(bn).to(DEV)
