@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
 import torch
 
 import tpuc  # noqa: F401  (registers "tpu")
