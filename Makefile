@@ -8,7 +8,7 @@
 # make test-py      pytest only
 # make demo         train the example Llama-style model on "tpu"
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
-# make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (tens of minutes)
+# make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
 
 PYTHON ?= python3
