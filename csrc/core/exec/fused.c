@@ -202,7 +202,8 @@ static bool whole_period_repeats(const pending *pd, int n, int p) {
 static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
   int n = pd->n;
   if (n == 0) return NULL;
-  slot_set s = {0};
+  slot_set s;
+  slots_init(&s);
   unsigned char stack[2048];
   keybuf k = {stack, 0, sizeof stack, false, false};
   const tpuc_op_call **calls = malloc((size_t)n * sizeof *calls);

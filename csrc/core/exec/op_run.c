@@ -13,8 +13,11 @@
 static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, bool compile,
                                 fast_entry **out, fast_entry **owned, uint64_t *call_hash) {
   *out = *owned = NULL;
-  int *tslot = malloc((size_t)(c->ntensors + 1) * sizeof *tslot);
-  int *oslot = malloc((size_t)(c->noutputs + 1) * sizeof *oslot);
+  /* small calls (nearly all) use the stack: no allocation on a cache hit */
+  int tslot_small[32], oslot_small[16];
+  bool read_small[SLOTS_INLINE + 1], seen_small[SLOTS_INLINE + 1], live_small[SLOTS_INLINE + 1];
+  int *tslot = c->ntensors < 32 ? tslot_small : malloc((size_t)(c->ntensors + 1) * sizeof *tslot);
+  int *oslot = c->noutputs < 16 ? oslot_small : malloc((size_t)(c->noutputs + 1) * sizeof *oslot);
   unsigned char stack[512];
   keybuf k = {stack, 0, sizeof stack, false, false};
   bool *read = NULL, *seen = NULL, *live = NULL;
@@ -27,9 +30,17 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
   st = key_call(&k, c, s, tslot, oslot);
   if (st) goto done;
   if (call_hash) *call_hash = key_hash(&k); /* the call alone, not what its storages hold */
-  read = calloc((size_t)s->n + 1, sizeof *read);
-  seen = calloc((size_t)s->n + 1, sizeof *seen);
-  live = malloc((size_t)s->n + 1);
+  if (s->n <= SLOTS_INLINE) {
+    read = read_small;
+    seen = seen_small;
+    live = live_small;
+    memset(read, 0, sizeof read_small);
+    memset(seen, 0, sizeof seen_small);
+  } else {
+    read = calloc((size_t)s->n + 1, sizeof *read);
+    seen = calloc((size_t)s->n + 1, sizeof *seen);
+    live = malloc((size_t)s->n + 1);
+  }
   if (!read || !seen || !live) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
@@ -89,17 +100,20 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
   pthread_mutex_unlock(&rt->fast_lock);
   *out = e;
 done:
-  free(tslot);
-  free(oslot);
-  free(read);
-  free(seen);
-  free(live);
+  if (tslot != tslot_small) free(tslot);
+  if (oslot != oslot_small) free(oslot);
+  if (read != read_small) {
+    free(read);
+    free(seen);
+    free(live);
+  }
   key_free(&k);
   return st;
 }
 
 tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *sig) {
-  slot_set s = {0};
+  slot_set s;
+  slots_init(&s);
   fast_entry *e = NULL, *owned = NULL;
   tpuc_status *st = single_plan(rt, c, &s, false, &e, &owned, sig);
   if (!st && e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
@@ -126,7 +140,8 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
       if (fs) return fs;
     }
   }
-  slot_set s = {0};
+  slot_set s;
+  slots_init(&s);
   fast_entry *e = NULL, *owned = NULL;
   tpuc_status *st = single_plan(rt, c, &s, true, &e, &owned, NULL);
   if (!st) {

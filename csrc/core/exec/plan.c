@@ -17,16 +17,28 @@
 #include "plan.h"
 
 /* ---- slots ---- */
+void slots_init(slot_set *s) {
+  s->storage = s->inline_storage;
+  s->buffer = s->inline_buffer;
+  s->n = 0;
+  s->cap = SLOTS_INLINE;
+}
+
 int slots_add(slot_set *s, tpuc_storage *st) {
   for (int i = 0; i < s->n; i++)
     if (s->storage[i] == st) return i;
   if (s->n == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 16;
-    tpuc_storage **ns = realloc(s->storage, (size_t)cap * sizeof *ns);
+    int cap = s->cap * 2;
+    bool heap = s->storage != s->inline_storage;
+    tpuc_storage **ns = heap ? realloc(s->storage, (size_t)cap * sizeof *ns)
+                             : malloc((size_t)cap * sizeof *ns);
     if (!ns) return -1;
+    if (!heap) memcpy(ns, s->inline_storage, sizeof s->inline_storage);
     s->storage = ns;
-    tpuc_buffer **nb = realloc(s->buffer, (size_t)cap * sizeof *nb);
+    tpuc_buffer **nb = heap ? realloc(s->buffer, (size_t)cap * sizeof *nb)
+                            : malloc((size_t)cap * sizeof *nb);
     if (!nb) return -1;
+    if (!heap) memcpy(nb, s->inline_buffer, sizeof s->inline_buffer);
     s->buffer = nb;
     s->cap = cap;
   }
@@ -37,9 +49,9 @@ int slots_add(slot_set *s, tpuc_storage *st) {
 
 void slots_release(slot_set *s) {
   for (int i = 0; i < s->n; i++) tpuc_buffer_release(s->buffer[i]);
-  free(s->storage);
-  free(s->buffer);
-  memset(s, 0, sizeof *s);
+  if (s->storage != s->inline_storage) free(s->storage);
+  if (s->buffer != s->inline_buffer) free(s->buffer);
+  slots_init(s);
 }
 
 /* ---- signatures ---- */
@@ -481,9 +493,12 @@ static tpuc_status *arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
                          const tpuc_op_call *const *calls, bool wait) {
   int np = e->nparams, nr = e->nresults ? e->nresults : 1;
-  tpuc_buffer **args = calloc((size_t)np + 1, sizeof *args);
-  bool *made = calloc((size_t)np + 1, sizeof *made);
-  tpuc_buffer **outs = calloc((size_t)nr, sizeof *outs);
+  tpuc_buffer *args_small[16] = {0}, *outs_small[8] = {0};
+  bool made_small[16] = {false};
+  bool small = np < 16 && nr <= 8; /* a single op: no allocation here */
+  tpuc_buffer **args = small ? args_small : calloc((size_t)np + 1, sizeof *args);
+  bool *made = small ? made_small : calloc((size_t)np + 1, sizeof *made);
+  tpuc_buffer **outs = small ? outs_small : calloc((size_t)nr, sizeof *outs);
   tpuc_status *st = NULL;
   if (!args || !made || !outs) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -507,10 +522,12 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
     }
   for (int i = 0; outs && i < nr; i++) tpuc_buffer_release(outs[i]);
 done:
-  for (int i = 0; args && i < np; i++)
+  for (int i = 0; args && made && i < np; i++)
     if (made[i]) tpuc_buffer_release(args[i]);
-  free(args);
-  free(made);
-  free(outs);
+  if (!small) {
+    free(args);
+    free(made);
+    free(outs);
+  }
   return st;
 }

@@ -10,12 +10,18 @@
 
 /* The storages a program touches, in order of first use, with the buffer
  * each held when the program was formed (one reference each). */
+#define SLOTS_INLINE 16
+
 typedef struct {
   tpuc_storage **storage;
   tpuc_buffer **buffer;
   int n, cap;
+  /* the common case (a single op) needs no allocation */
+  tpuc_storage *inline_storage[SLOTS_INLINE];
+  tpuc_buffer *inline_buffer[SLOTS_INLINE];
 } slot_set;
 
+void slots_init(slot_set *s);
 int slots_add(slot_set *s, tpuc_storage *st); /* index, or -1 when out of memory */
 void slots_release(slot_set *s);
 
