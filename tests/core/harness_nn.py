@@ -35,59 +35,8 @@ A_NONE, A_TENSOR, A_TENSORS, A_INT, A_INTS, A_BOOL, A_BOOLS, A_STRING, A_SCALAR,
 S_BOOL, S_INT, S_FLOAT, S_COMPLEX = range(4)
 
 
-class Tensor(ctypes.Structure):
-    _fields_ = [
-        ("storage", ctypes.c_void_p),
-        ("dtype", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("sizes", ctypes.c_int64 * MAX_DIMS),
-        ("strides", ctypes.c_int64 * MAX_DIMS),
-        ("offset", ctypes.c_int64),
-    ]
-
-
-class _Ints(ctypes.Structure):
-    _fields_ = [("v", ctypes.POINTER(ctypes.c_int64)), ("n", ctypes.c_int)]
-
-
-class _Tensors(ctypes.Structure):
-    _fields_ = [("first", ctypes.c_int), ("count", ctypes.c_int)]
-
-
-class _Scalar(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int), ("re", ctypes.c_double), ("im", ctypes.c_double),
-                ("i", ctypes.c_int64)]
-
-
-class _Rng(ctypes.Structure):
-    _fields_ = [("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64)]
-
-
-class _ArgU(ctypes.Union):
-    _fields_ = [("i", ctypes.c_int64), ("ints", _Ints), ("tensors", _Tensors),
-                ("s", ctypes.c_char_p), ("scalar", _Scalar), ("rng", _Rng)]
-
-
-class Arg(ctypes.Structure):
-    _anonymous_ = ("u",)
-    _fields_ = [("kind", ctypes.c_int), ("u", _ArgU)]
-
-
-class OpCall(ctypes.Structure):
-    _fields_ = [
-        ("op", ctypes.c_void_p), ("device", ctypes.c_int),
-        ("args", ctypes.POINTER(Arg)), ("nargs", ctypes.c_int),
-        ("tensors", ctypes.POINTER(Tensor)), ("ntensors", ctypes.c_int),
-        ("outputs", ctypes.POINTER(Tensor)), ("noutputs", ctypes.c_int),
-    ]
-
-
-class OpStats(ctypes.Structure):
-    _fields_ = [("op_calls", ctypes.c_int64), ("fast_hits", ctypes.c_int64),
-                ("fast_misses", ctypes.c_int64), ("emitted_bytes", ctypes.c_int64),
-                ("recorded_ops", ctypes.c_int64), ("flushes", ctypes.c_int64),
-                ("chunk_hits", ctypes.c_int64), ("chunk_misses", ctypes.c_int64),
-                ("_spare", ctypes.c_int64 * 16)]  # room for fields added later
+# The C structs of the op API are declared once, in harness.py.
+from harness import Arg, OpCall, OpStats, Tensor  # noqa: E402
 
 
 class Unimplemented(Exception):
