@@ -1,0 +1,146 @@
+"""The nn ops that small models still sent to the CPU (see tests/conformance/model_usage.py):
+on "tpu" against PyTorch on the CPU, forward and backward, and natively (no new entry in
+torch.tpu.stats()["fallbacks"] for the ops lowered in nn_extra.c and upsample.c)."""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tpuc  # noqa: F401  (registers "tpu")
+
+DEV = "tpu"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _lowered() -> set[str]:
+    """Op names (without overload) lowered by nn_extra.c and upsample.c."""
+    names = set()
+    root = os.path.join(HERE, "..", "csrc", "core", "lower")
+    for f in ("nn_extra.c", "upsample.c"):
+        path = os.path.join(root, f)
+        if os.path.exists(path):
+            with open(path) as fh:
+                names |= {n.split(".")[0] for n in re.findall(r'\{"aten::([A-Za-z0-9_.]+)"', fh.read())}
+    return names
+
+
+LOWERED = _lowered()
+
+
+def _fallbacks() -> dict[str, int]:
+    return dict(torch.tpu.stats()["fallbacks"])
+
+
+def _new_fallbacks(before: dict[str, int]) -> list[str]:
+    after = _fallbacks()
+    return [k for k, v in after.items() if v > before.get(k, 0)]
+
+
+def run_both(fn, *inputs, tol=None, grad=True, check_native=()):
+    """fn(*inputs) on the CPU and on tpu: outputs and the inputs' gradients
+    match; the ops named in check_native (and every op of these files) did
+    not fall back. Returns the tpu output."""
+    tol = tol or dict(rtol=1e-4, atol=1e-5)
+    ins_d = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            t = x.detach().to(DEV)
+            ins_d.append(t.requires_grad_(x.requires_grad))
+        else:
+            ins_d.append(x)
+    before = _fallbacks()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out_c = fn(*inputs)
+        out_d = fn(*ins_d)
+        outs_c = out_c if isinstance(out_c, tuple) else (out_c,)
+        outs_d = out_d if isinstance(out_d, tuple) else (out_d,)
+        for a, b in zip(outs_d, outs_c):
+            torch.testing.assert_close(a.cpu(), b.detach(), **tol)
+        if grad:
+            g = torch.randn_like(outs_c[0])
+            outs_c[0].backward(g)
+            outs_d[0].backward(g.to(DEV))
+            for a, b in zip(ins_d, inputs):
+                if isinstance(b, torch.Tensor) and b.requires_grad:
+                    torch.testing.assert_close(a.grad.cpu(), b.grad, **tol)
+    new = _new_fallbacks(before)
+    own = [k for k in new if k.split("::")[-1].split(".")[0] in LOWERED | set(check_native)]
+    assert not own, f"fell back: {own}"
+    return out_d
+
+
+def rq(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype).requires_grad_()
+
+
+# ---- glu, prelu ----
+
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_glu(dim):
+    run_both(lambda x: F.glu(x, dim), rq(4, 6, 2), check_native=["glu", "glu_backward"])
+
+
+def test_glu_bf16():
+    run_both(lambda x: F.glu(x), rq(3, 8, dtype=torch.bfloat16), tol=dict(rtol=2e-2, atol=2e-2),
+             check_native=["glu", "glu_backward"])
+
+
+@pytest.mark.parametrize("shape,nw", [((4, 6), 6), ((2, 3, 5, 5), 3), ((2, 3, 5), 1), ((7,), 1)])
+def test_prelu(shape, nw):
+    x = rq(*shape)
+    with torch.no_grad():
+        x[..., 0] = 0.0  # the boundary: x == 0 takes the negative branch
+    w = (torch.rand(nw) * 0.5).requires_grad_()
+    run_both(lambda a, b: F.prelu(a, b), x, w, check_native=["_prelu_kernel", "_prelu_kernel_backward"])
+
+
+def test_prelu_module():
+    m = nn.PReLU(4)
+    md = nn.PReLU(4).to(DEV)
+    md.weight.data.copy_(m.weight.data.to(DEV))
+    x = torch.randn(3, 4, 2)
+    before = _fallbacks()
+    m(x).sum().backward()
+    md(x.to(DEV)).sum().backward()
+    torch.testing.assert_close(md.weight.grad.cpu(), m.weight.grad)
+    assert not [k for k in _new_fallbacks(before) if "prelu" in k]
+
+
+# ---- huber, smooth L1 ----
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("param", [1.0, 0.3, 2.5])
+def test_huber(reduction, param):
+    x, t = rq(5, 7) * 2, torch.randn(5, 7) * 2
+    x = x.detach().requires_grad_()
+    with torch.no_grad():
+        t[0, :3] = x[0, :3] + torch.tensor([param, -param, 0.0])  # the branch boundaries
+    run_both(lambda a, b: F.huber_loss(a, b, reduction=reduction, delta=param), x, t,
+             check_native=["huber_loss", "huber_loss_backward"])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("param", [1.0, 0.5, 0.0])
+def test_smooth_l1(reduction, param):
+    x, t = (rq(4, 6) * 2).detach().requires_grad_(), torch.randn(4, 6) * 2
+    with torch.no_grad():
+        t[0, :3] = x[0, :3] + torch.tensor([param, -param, 0.0])
+    run_both(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=param), x, t,
+             check_native=["smooth_l1_loss", "smooth_l1_loss_backward"])
+
+
+def test_huber_new_delta_does_not_recompile():
+    x, t = torch.randn(8).to(DEV), torch.randn(8).to(DEV)
+    F.huber_loss(x, t, delta=0.5).cpu()
+    before = torch.tpu.stats()["compiles"]
+    for d in (0.7, 1.3):
+        got = F.huber_loss(x, t, delta=d)
+        torch.testing.assert_close(got.cpu(), F.huber_loss(x.cpu(), t.cpu(), delta=d))
+    assert torch.tpu.stats()["compiles"] == before
