@@ -144,3 +144,75 @@ def test_huber_new_delta_does_not_recompile():
         got = F.huber_loss(x, t, delta=d)
         torch.testing.assert_close(got.cpu(), F.huber_loss(x.cpu(), t.cpu(), delta=d))
     assert torch.tpu.stats()["compiles"] == before
+
+
+# ---- upsampling ----
+
+UP_NATIVE = ["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_bilinear2d",
+             "upsample_linear1d", "upsample_trilinear3d", "_upsample_nearest_exact2d",
+             "upsample_nearest2d_backward", "upsample_bilinear2d_backward"]
+
+
+@pytest.mark.parametrize("size,scale", [((8, 10), None), ((5, 7), None), ((3, 2), None), (None, 2.0),
+                                        (None, 1.7), (None, 0.5), ((4, 5), None)])
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear", "bilinear-ac"])
+def test_upsample2d(mode, size, scale):
+    ac = None
+    if mode.startswith("bilinear"):
+        ac = mode.endswith("-ac")
+        mode = "bilinear"
+    x = rq(2, 3, 4, 5)
+    run_both(lambda a: F.interpolate(a, size=size, scale_factor=scale, mode=mode, align_corners=ac), x,
+             check_native=UP_NATIVE)
+
+
+@pytest.mark.parametrize("scale", [(1.5, 2.5), (0.75, 3.0)])
+def test_upsample2d_scales_are_used(scale):
+    """With recompute_scale_factor=False the given scales (not in/out) place the samples."""
+    x = rq(1, 2, 6, 5)
+    for mode in ("nearest", "bilinear"):
+        x.grad = None
+        run_both(lambda a: F.interpolate(a, scale_factor=scale, mode=mode, recompute_scale_factor=False), x,
+                 check_native=UP_NATIVE)
+
+
+def test_upsample_new_scale_does_not_recompile():
+    x = torch.randn(1, 2, 6, 6).to(DEV)
+    F.interpolate(x, scale_factor=1.5, mode="bilinear").cpu()
+    before = torch.tpu.stats()["compiles"]
+    for s in (1.501, 1.55):  # same output size, other scale: a runtime value
+        got = F.interpolate(x, scale_factor=s, mode="bilinear", recompute_scale_factor=False)
+        torch.testing.assert_close(got.cpu(), F.interpolate(x.cpu(), scale_factor=s, mode="bilinear",
+                                                            recompute_scale_factor=False))
+    assert torch.tpu.stats()["compiles"] == before
+
+
+@pytest.mark.parametrize("mode,ac", [("nearest", None), ("linear", False), ("linear", True)])
+def test_upsample1d(mode, ac):
+    run_both(lambda a: F.interpolate(a, size=11, mode=mode, align_corners=ac), rq(2, 3, 4),
+             check_native=UP_NATIVE)
+
+
+@pytest.mark.parametrize("mode,ac", [("nearest", None), ("trilinear", False), ("trilinear", True)])
+def test_upsample3d(mode, ac):
+    run_both(lambda a: F.interpolate(a, size=(3, 6, 5), mode=mode, align_corners=ac), rq(1, 2, 2, 3, 4),
+             check_native=UP_NATIVE)
+
+
+def test_upsample_bf16():
+    x = rq(1, 2, 4, 4, dtype=torch.bfloat16)
+    run_both(lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), x,
+             tol=dict(rtol=2e-2, atol=2e-2), check_native=UP_NATIVE)
+
+
+def test_upsample_nearest_uint8():
+    x = torch.randint(0, 255, (1, 3, 4, 4), dtype=torch.uint8)
+    run_both(lambda a: F.interpolate(a, size=(7, 9), mode="nearest"), x, grad=False, check_native=UP_NATIVE)
+
+
+def test_upsample_module_in_unet_block():
+    up = nn.Sequential(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True), nn.Conv2d(3, 4, 3, padding=1))
+    x = rq(2, 3, 5, 5)
+    ud = __import__("copy").deepcopy(up).to(DEV)
+    run_both(lambda a: (up if a.device.type == "cpu" else ud)(a), x, tol=dict(rtol=1e-4, atol=1e-4),
+             check_native=UP_NATIVE)

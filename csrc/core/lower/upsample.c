@@ -1,0 +1,195 @@
+/* upsample.c — nearest, nearest-exact and (bi/tri)linear upsampling over
+ * 1, 2 or 3 spatial dims, and their backward. Separable: each spatial dim
+ * is resampled on its own with source indices (and linear weights) that
+ * are computed in the graph exactly as PyTorch's CPU kernels do, in f32
+ * (f64 for f64 data): the optional `float?` scales are runtime scalars, so
+ * a new scale factor with the same sizes never recompiles. Forward is a
+ * gather per dim; backward a scatter-add per dim. */
+#include "lower_ops.h"
+
+typedef enum { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR } up_mode;
+
+/* x indexed along `dim` by the s64 vector idx ([n]): dim's size becomes n. */
+static tv up_take(ir_graph *g, tv x, int dim, tv idx) {
+  ir_type xt = ir_type_of(g, x);
+  int64_t n = ir_type_of(g, idx).dims[0], two[2] = {n, 1};
+  ir_gather_dims d;
+  memset(&d, 0, sizeof d);
+  for (int i = 0; i < xt.ndim; i++) {
+    d.slice_sizes[i] = i == dim ? 1 : xt.dims[i];
+    if (i != dim) d.offset_dims[d.n_offset_dims++] = i;
+  }
+  d.collapsed_slice_dims[d.n_collapsed++] = dim;
+  d.start_index_map[d.n_start_index_map++] = dim;
+  d.index_vector_dim = 1;
+  ir_type rt = xt;
+  rt.dims[dim] = n;
+  /* indices [n, 1]: the batch dim of the gather lands at `dim` */
+  tv r = ir_gather(g, x, ir_reshape(g, idx, 2, two), &d, rt);
+  return r;
+}
+
+/* The sum of slices of upd (x's shape but n at dim) into x's slices idx[k]. */
+static tv up_put_add(ir_graph *g, tv x, int dim, tv idx, tv upd) {
+  ir_type xt = ir_type_of(g, x);
+  int64_t n = ir_type_of(g, idx).dims[0], two[2] = {n, 1};
+  ir_scatter_dims d;
+  memset(&d, 0, sizeof d);
+  for (int i = 0; i < xt.ndim; i++)
+    if (i != dim) d.update_window_dims[d.n_update_window_dims++] = i;
+  d.inserted_window_dims[d.n_inserted++] = dim;
+  d.scatter_dims_to_operand_dims[d.n_scatter_dims++] = dim;
+  d.index_vector_dim = 1;
+  return ir_scatter(g, x, ir_reshape(g, idx, 2, two), upd, &d, IR_RED_SUM);
+}
+
+/* Where output positions 0..out-1 of one dim read from (in: the input
+ * size): i0 (and for linear i1 with weights l0, l1, [out] in ct).
+ * scale: the op's `float?` scale for this dim (f64 rank 0) or IR_NONE. */
+typedef struct {
+  tv i0, i1, l0, l1;
+} up_axis;
+
+static up_axis up_source(ir_graph *g, up_mode mode, bool align_corners, int64_t in, int64_t out,
+                         tv scale, tpuc_dtype ct) {
+  up_axis a = {IR_NONE, IR_NONE, IR_NONE, IR_NONE};
+  int64_t od = out;
+  ir_type vt = ir_make_type(ct, 1, &od);
+  /* the ratio, as area_pixel_compute_scale in ct */
+  tv ratio;
+  if (mode == UP_LINEAR && align_corners) {
+    double r = 0.0;
+    if (out > 1) r = ct == TPUC_F64 ? (double)(in - 1) / (double)(out - 1)
+                                    : (double)((float)(in - 1) / (float)(out - 1));
+    ratio = lo_const(g, ct, r);
+  } else {
+    double r = ct == TPUC_F64 ? (double)in / (double)out : (double)((float)in / (float)out);
+    ratio = lo_const(g, ct, r);
+    if (scale != IR_NONE) { /* scale > 0 ? (ct)(1.0 / scale) : in / out */
+      tv inv = ir_convert(g, ir_binary(g, IR_DIV, lo_const(g, TPUC_F64, 1.0), scale), ct);
+      tv pos = ir_compare(g, IR_GT, scale, lo_const(g, TPUC_F64, 0.0));
+      ratio = ir_select(g, pos, inv, ratio);
+    }
+  }
+  ratio = ir_broadcast_in_dim(g, ratio, vt, NULL);
+  tv i = ir_convert(g, ir_iota(g, ir_make_type(TPUC_S64, 1, &od), 0), ct);
+  ir_type it = ir_make_type(TPUC_S64, 1, &od);
+  tv last = ir_splat_i64(g, it, in - 1);
+  if (mode != UP_LINEAR) {
+    if (mode == UP_NEAREST_EXACT) i = ir_binary(g, IR_ADD, i, ir_splat(g, vt, 0.5));
+    tv src = ir_convert(g, ir_unary(g, IR_FLOOR, ir_binary(g, IR_MUL, i, ratio)), TPUC_S64);
+    a.i0 = ir_binary(g, IR_MIN, src, last);
+    return a;
+  }
+  tv real;
+  if (align_corners) {
+    real = ir_binary(g, IR_MUL, ratio, i);
+  } else {
+    real = ir_binary(g, IR_SUB,
+                     ir_binary(g, IR_MUL, ratio, ir_binary(g, IR_ADD, i, ir_splat(g, vt, 0.5))),
+                     ir_splat(g, vt, 0.5));
+    real = ir_binary(g, IR_MAX, real, ir_splat(g, vt, 0.0));
+  }
+  a.i0 = ir_binary(g, IR_MIN, ir_convert(g, ir_unary(g, IR_FLOOR, real), TPUC_S64), last);
+  tv step = ir_convert(g, ir_compare(g, IR_LT, a.i0, last), TPUC_S64);
+  a.i1 = ir_binary(g, IR_ADD, a.i0, step);
+  a.l1 = ir_clamp(g, lo_const(g, ct, 0.0), ir_binary(g, IR_SUB, real, ir_convert(g, a.i0, ct)),
+                  lo_const(g, ct, 1.0));
+  a.l0 = ir_binary(g, IR_SUB, ir_splat(g, vt, 1.0), a.l1);
+  return a;
+}
+
+/* A [n] weight vector along `dim` of type t. */
+static tv up_along(ir_graph *g, tv w, int dim, ir_type t) {
+  int64_t bd = dim;
+  t.dtype = lo_dtype(g, w);
+  return ir_broadcast_in_dim(g, w, t, &bd);
+}
+
+/* Arguments: forward (self, output_size, [align_corners,] scales...);
+ * backward (grad_output, output_size, input_size, [align_corners,]
+ * scales...). nsp spatial dims (the last ones). */
+static tpuc_status *lower_upsample(tpuc_lower_ctx *cx, up_mode mode, int nsp, bool backward) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = lx_tensor(cx, 0);
+  ir_type xt = ir_type_of(g, x);
+  if (xt.ndim != nsp + 2 || ot.ndim != nsp + 2) return lx_unimplemented(cx, "upsample rank");
+  if (mode == UP_LINEAR && !ir_is_float(xt.dtype)) return lx_unimplemented(cx, "linear upsample of integers");
+  int a = backward ? 3 : 2;
+  bool ac = false;
+  if (mode == UP_LINEAR) ac = lx_bool(cx, a++, false);
+  /* in: the op's input sizes; out: its output sizes */
+  const int64_t *in = backward ? ot.dims : xt.dims, *out = backward ? xt.dims : ot.dims;
+  tpuc_dtype ct = xt.dtype == TPUC_F64 ? TPUC_F64 : TPUC_F32;
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
+  tpuc_dtype dd = ir_is_float(xt.dtype) ? lx_compute_dtype(xt.dtype) : xt.dtype;
+  tv v = ir_convert(g, x, dd);
+  for (int s = 0; s < nsp; s++) {
+    int dim = 2 + s;
+    int64_t i_n = in[dim], o_n = out[dim];
+    up_axis ax = up_source(g, mode, ac, i_n, o_n, lx_scalar(cx, a + s, TPUC_F64), ct);
+    ir_type vt = ir_type_of(g, v);
+    if (!backward) {
+      if (mode != UP_LINEAR) {
+        v = up_take(g, v, dim, ax.i0);
+      } else {
+        vt.dims[dim] = o_n;
+        tv w0 = up_along(g, ir_convert(g, ax.l0, dd), dim, vt);
+        tv w1 = up_along(g, ir_convert(g, ax.l1, dd), dim, vt);
+        v = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, up_take(g, v, dim, ax.i0), w0),
+                      ir_binary(g, IR_MUL, up_take(g, v, dim, ax.i1), w1));
+      }
+    } else {
+      ir_type rt = vt;
+      rt.dims[dim] = i_n;
+      tv zero = ir_splat(g, rt, 0.0);
+      if (mode != UP_LINEAR) {
+        v = up_put_add(g, zero, dim, ax.i0, v);
+      } else {
+        tv w0 = up_along(g, ir_convert(g, ax.l0, dd), dim, vt);
+        tv w1 = up_along(g, ir_convert(g, ax.l1, dd), dim, vt);
+        tv upd[2] = {ir_binary(g, IR_MUL, v, w0), ir_binary(g, IR_MUL, v, w1)};
+        tv idx[2] = {ax.i0, ax.i1};
+        v = up_put_add(g, zero, dim, ir_concat(g, idx, 2, 0), ir_concat(g, upd, 2, dim));
+      }
+    }
+  }
+  cx->results[0] = lo_fit(g, v, ot);
+  return NULL;
+}
+
+#define UP_FNS(name, mode, nsp)                                                                 \
+  static tpuc_status *l_##name(tpuc_lower_ctx *cx) { return lower_upsample(cx, mode, nsp, false); } \
+  static tpuc_status *l_##name##_bw(tpuc_lower_ctx *cx) { return lower_upsample(cx, mode, nsp, true); }
+
+UP_FNS(nearest1d, UP_NEAREST, 1)
+UP_FNS(nearest2d, UP_NEAREST, 2)
+UP_FNS(nearest3d, UP_NEAREST, 3)
+UP_FNS(nearest_exact1d, UP_NEAREST_EXACT, 1)
+UP_FNS(nearest_exact2d, UP_NEAREST_EXACT, 2)
+UP_FNS(nearest_exact3d, UP_NEAREST_EXACT, 3)
+UP_FNS(linear1d, UP_LINEAR, 1)
+UP_FNS(bilinear2d, UP_LINEAR, 2)
+UP_FNS(trilinear3d, UP_LINEAR, 3)
+
+#define UP_ENTRIES(op, fn)                                                   \
+  {"aten::" op, l_##fn}, {"aten::" op ".out", l_##fn},                       \
+      {"aten::" op "_backward", l_##fn##_bw}, {"aten::" op "_backward.grad_input", l_##fn##_bw}
+
+extern const tpuc_lowering tpuc_lowerings_upsample[];
+const tpuc_lowering tpuc_lowerings_upsample[] = {
+    UP_ENTRIES("upsample_nearest1d", nearest1d),
+    UP_ENTRIES("upsample_nearest2d", nearest2d),
+    UP_ENTRIES("upsample_nearest3d", nearest3d),
+    UP_ENTRIES("_upsample_nearest_exact1d", nearest_exact1d),
+    UP_ENTRIES("_upsample_nearest_exact2d", nearest_exact2d),
+    UP_ENTRIES("_upsample_nearest_exact3d", nearest_exact3d),
+    UP_ENTRIES("upsample_linear1d", linear1d),
+    UP_ENTRIES("upsample_bilinear2d", bilinear2d),
+    UP_ENTRIES("upsample_trilinear3d", trilinear3d),
+    {NULL, NULL},
+};
