@@ -216,3 +216,108 @@ def test_upsample_module_in_unet_block():
     ud = __import__("copy").deepcopy(up).to(DEV)
     run_both(lambda a: (up if a.device.type == "cpu" else ud)(a), x, tol=dict(rtol=1e-4, atol=1e-4),
              check_native=UP_NATIVE)
+
+
+# ---- pooling ----
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 7, 9), (3, 4)), ((2, 3, 8, 8), (4, 4)), ((3, 5, 6), (5, 2)),
+                                       ((1, 2, 5, 5), (1, 1)), ((1, 2, 4, 4), (6, 5))])
+def test_adaptive_max_pool2d(shape, out):
+    x = rq(*shape)
+    run_both(lambda a: F.adaptive_max_pool2d(a, out, return_indices=True), x,
+             check_native=["adaptive_max_pool2d", "adaptive_max_pool2d_backward"])
+
+
+def test_adaptive_max_pool2d_ties_take_the_first():
+    x = torch.zeros(1, 1, 4, 4)
+    x[0, 0, 1, 1] = x[0, 0, 2, 2] = 1.0
+    run_both(lambda a: F.adaptive_max_pool2d(a, (1, 1), return_indices=True), x, grad=False,
+             check_native=["adaptive_max_pool2d"])
+
+
+@pytest.mark.parametrize("k,s,p,d,ceil", [(2, 2, 0, 1, False), (3, 2, 1, 1, False), (3, 2, 1, 1, True),
+                                          ((2, 3, 2), (1, 2, 2), (1, 1, 0), 1, False), (2, 1, 0, 2, False)])
+def test_max_pool3d(k, s, p, d, ceil):
+    x = rq(2, 3, 5, 6, 7)
+    run_both(lambda a: F.max_pool3d(a, k, s, p, d, ceil_mode=ceil, return_indices=True), x,
+             check_native=["max_pool3d_with_indices", "max_pool3d_with_indices_backward"])
+
+
+@pytest.mark.parametrize("k,s,p,ceil,cip,div", [(2, 2, 0, False, True, None), (3, 2, 1, False, True, None),
+                                                (3, 2, 1, False, False, None), (3, 2, 1, True, False, None),
+                                                (3, 2, 1, True, True, None), ((2, 3, 2), (1, 2, 2), (1, 1, 0), False, True, None),
+                                                (2, 2, 1, False, True, 3)])
+def test_avg_pool3d(k, s, p, ceil, cip, div):
+    x = rq(2, 3, 5, 6, 7)
+    run_both(lambda a: F.avg_pool3d(a, k, s, p, ceil_mode=ceil, count_include_pad=cip, divisor_override=div), x,
+             check_native=["avg_pool3d", "avg_pool3d_backward"])
+
+
+def test_pool3d_unbatched():
+    x = rq(3, 4, 5, 6)
+    run_both(lambda a: F.max_pool3d(a, 2), x, check_native=["max_pool3d_with_indices"])
+    x.grad = None
+    run_both(lambda a: F.avg_pool3d(a, 2), x, check_native=["avg_pool3d"])
+
+
+# ---- unfold / fold ----
+
+@pytest.mark.parametrize("k,d,p,s", [(2, 1, 0, 2), (3, 1, 1, 1), ((2, 3), (2, 1), (1, 0), (1, 2))])
+def test_unfold_fold(k, d, p, s):
+    x = rq(2, 3, 7, 8)
+    cols = run_both(lambda a: F.unfold(a, k, dilation=d, padding=p, stride=s), x, check_native=["im2col", "col2im"])
+    c = rq(*cols.shape)
+    run_both(lambda a: F.fold(a, (7, 8), k, dilation=d, padding=p, stride=s), c, check_native=["im2col", "col2im"])
+
+
+def test_unfold_unbatched():
+    run_both(lambda a: F.unfold(a, 2, stride=2), rq(3, 4, 6), check_native=["im2col", "col2im"])
+
+
+# ---- embedding max_norm, repeat_interleave, bucketize, searchsorted ----
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+def test_embedding_max_norm(norm_type):
+    w = torch.randn(10, 4) * 2
+    idx = torch.tensor([[1, 3, 3], [0, 9, 1]])
+    e_c = nn.Embedding(10, 4, max_norm=1.5, norm_type=norm_type, _weight=w.clone())
+    e_d = nn.Embedding(10, 4, max_norm=1.5, norm_type=norm_type, _weight=w.clone()).to(DEV)
+    before = _fallbacks()
+    out_c, out_d = e_c(idx), e_d(idx.to(DEV))
+    torch.testing.assert_close(out_d.cpu(), out_c)
+    torch.testing.assert_close(e_d.weight.detach().cpu(), e_c.weight.detach())  # rows renormed in place
+    out_c.sum().backward()
+    out_d.sum().backward()
+    torch.testing.assert_close(e_d.weight.grad.cpu(), e_c.weight.grad)
+    assert not [k for k in _new_fallbacks(before) if "embedding_renorm" in k]
+
+
+@pytest.mark.parametrize("reps", [[2, 0, 3, 1], [1], [0, 0, 4]])
+def test_repeat_interleave(reps):
+    r = torch.tensor(reps)
+    n = int(r.sum())
+    x = rq(len(reps), 3)
+    run_both(lambda a, rr: torch.repeat_interleave(a, rr, dim=0, output_size=n), x, r,
+             check_native=["repeat_interleave"])
+    run_both(lambda rr: torch.repeat_interleave(rr, output_size=n), r, grad=False, check_native=["repeat_interleave"])
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_bucketize(right):
+    b = torch.tensor([-1.0, 0.0, 0.5, 0.5, 2.0])
+    x = torch.tensor([[-2.0, -1.0, 0.0, 0.25], [0.5, 1.0, 2.0, float("nan")]])
+    run_both(lambda a, bb: torch.bucketize(a, bb, right=right), x, b, grad=False, check_native=["bucketize"])
+    run_both(lambda a, bb: torch.bucketize(a, bb, right=right, out_int32=True), x, b, grad=False,
+             check_native=["bucketize"])
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted(side):
+    seq = torch.sort(torch.randn(3, 6)).values
+    v = torch.randn(3, 4)
+    v[0, :2] = seq[0, 1:3]
+    run_both(lambda s, a: torch.searchsorted(s, a, side=side), seq, v, grad=False, check_native=["searchsorted"])
+    run_both(lambda s, a: torch.searchsorted(s, a, side=side), seq[0], v, grad=False, check_native=["searchsorted"])
+    perm = torch.randperm(6)
+    run_both(lambda s, a, srt: torch.searchsorted(s, a, side=side, sorter=srt), seq[0][perm.argsort()].contiguous(), v,
+             perm.argsort().argsort(), grad=False, check_native=["searchsorted"])
