@@ -253,6 +253,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // CompositeExplicitAutograd ops that would otherwise decompose into
   // convolution_overrideable (whose default kernel throws): the boxed kernel
   // runs them by their own name (the core lowers both; the CPU has kernels).
-  for (const char* name : {"convolution", "convolution_backward"})
+  // CompositeExplicitAutograd ops whose composite calls a CPU-only helper
+  // without a Meta kernel (_cummax_helper, _logcumsumexp): taken whole, the
+  // core lowers them. mode.values: its composite rejects devices other than
+  // CPU/CUDA/XPU; the boxed kernel runs it (on the CPU).
+  for (const char* name : {"convolution", "convolution_backward", "cummax", "cummax.out", "cummin",
+                           "cummin.out", "logcumsumexp", "logcumsumexp.out", "mode.values"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());
 }

@@ -44,6 +44,7 @@ extern const tpuc_lowering tpuc_lowerings_index[];
 extern const tpuc_lowering tpuc_lowerings_nn[];
 extern const tpuc_lowering tpuc_lowerings_random[];
 extern const tpuc_lowering tpuc_lowerings_copy[];
+extern const tpuc_lowering tpuc_lowerings_sort[];
 
 /* registry.c: the name and function behind a tpuc_op. */
 const char *tpuc_op_name_of(const tpuc_op *op);
