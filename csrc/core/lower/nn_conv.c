@@ -126,8 +126,15 @@ static tpuc_status *conv_backward(tpuc_lower_ctx *cx, int a) {
   tv vals[3] = {IR_NONE, IR_NONE, IR_NONE};
   if (nn_mask(cx, a + 6, 0)) {
     if (p.transposed) {
-      conv_params q = p;
-      vals[0] = conv_fwd(g, dy, w, &q, cd);
+      /* a plain convolution of dy; output_padding may reach past a stride
+       * (it need only be below stride or dilation), which would give
+       * floor(outpad / stride) extra outputs: trim them off the high side */
+      int64_t pad[4], one[2] = {1, 1};
+      for (int i = 0; i < 2; i++) {
+        pad[2 * i] = p.pad[i];
+        pad[2 * i + 1] = p.pad[i] - p.stride[i] * (p.outpad[i] / p.stride[i]);
+      }
+      vals[0] = ir_conv2d(g, dy, w, p.stride, pad, one, p.dil, p.groups, cd);
     } else {
       conv_params q = p;
       for (int i = 0; i < 2; i++)
