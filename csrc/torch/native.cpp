@@ -435,6 +435,35 @@ void add_output(const at::Tensor& t, NativeCall& call) {
   call.outputs.push_back(d);
 }
 
+// Batch norm in eval mode: PyTorch's CPU (and CUDA) kernels return save_mean
+// and save_invstd as empty tensors [0], and leave out= ones as they are; the
+// Meta kernels give them [C]. (The lowering passes out= ones through.)
+void eval_batch_norm_stats(const c10::FunctionSchema& schema, const OpInfo& info,
+                           const torch::jit::Stack& stack, size_t begin, torch::jit::Stack& meta) {
+  const std::string& n = info.name;
+  bool eval = false;
+  if (n == "aten::native_batch_norm" || n == "aten::native_batch_norm.out" ||
+      n == "aten::_native_batch_norm_legit" || n == "aten::_native_batch_norm_legit.out")
+    eval = !stack[begin + 5].toBool();
+  else if (n == "aten::_native_batch_norm_legit_no_training" ||
+           n == "aten::_native_batch_norm_legit_no_training.out")
+    eval = true;
+  else if (n == "aten::_batch_norm_no_update" || n == "aten::_batch_norm_no_update.out")
+    eval = stack[begin + 3].isTensor() && stack[begin + 3].toTensor().defined();  // running stats
+  if (!eval || meta.size() < 3 || schema.returns().size() < 3) return;
+  for (size_t i = 1; i < 3; ++i) {
+    if (!meta[i].isTensor()) continue;
+    const c10::AliasInfo* alias = schema.returns()[i].alias_info();
+    int j = alias && alias->isWrite() ? aliased_argument(schema, *alias) : -1;
+    if (j >= 0 && stack[begin + j].isTensor()) {
+      const at::Tensor& t = stack[begin + j].toTensor();
+      meta[i] = at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type()));
+    } else {
+      meta[i] = at::Tensor(at::detail::empty_meta({0}, meta[i].toTensor().options()));
+    }
+  }
+}
+
 }  // namespace
 
 bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
@@ -457,6 +486,7 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
       return false;
     }
     call.device = ms.device;
+    eval_batch_norm_stats(schema, info, *stack, begin, ms.stack);
     const torch::jit::Stack& meta = ms.stack;
     TORCH_INTERNAL_ASSERT(meta.size() == rets.size());
     const auto device = static_cast<c10::DeviceIndex>(call.device);

@@ -146,7 +146,13 @@ static tpuc_status *bn_forward(tpuc_lower_ctx *cx, const bn_spec *s) {
   cx->results[0] = lo_out(g, y, lx_out(cx, 0));
   for (int i = 1; i <= 2 && i < cx->noutputs; i++) {
     ir_type t = lx_out(cx, i);
-    cx->results[i] = ir_numel(&t) == 0 ? ir_splat(g, t, 0.0) : lo_fit(g, i == 1 ? mean : invstd, t);
+    /* eval: PyTorch's CPU returns save_mean/save_invstd empty, and leaves
+     * out= ones (the arguments after eps) as they were */
+    const tpuc_tensor *given = training ? NULL : lx_tensor_desc(cx, s->eps + 1 + i);
+    if (given)
+      cx->results[i] = lo_fit(g, lx_tensor(cx, s->eps + 1 + i), t);
+    else
+      cx->results[i] = ir_numel(&t) == 0 ? ir_splat(g, t, 0.0) : lo_fit(g, i == 1 ? mean : invstd, t);
   }
   if (s->reserve_out >= 0 && s->reserve_out < cx->noutputs)
     cx->results[s->reserve_out] = ir_splat(g, lx_out(cx, s->reserve_out), 0.0);
