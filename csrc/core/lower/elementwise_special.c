@@ -46,6 +46,23 @@ static tv u_digamma(ir_graph *g, tv x) {
   return SEL(CMP(IR_EQ, x, K(0)), inf, U(IR_DIGAMMA, x));
 }
 tpuc_status *ew_digamma(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_digamma); }
+/* erfinv: XLA's float32 approximation is off by up to ~1.5e-5 near +-1
+ * (PyTorch's CPU: a few ulp), and the gradient, sqrt(pi)/2 exp(erfinv^2),
+ * amplifies that. For |x| > 0.5 one Newton step on erfc(y) = 1 - |x| (1 - |x|
+ * is exact there, erfc keeps relative accuracy in the tail, where erf would
+ * round to 1) brings it to float32 accuracy. float64 keeps XLA's value. */
+static tv u_erfinv(ir_graph *g, tv x) {
+  tv y = U(IR_ERF_INV, x);
+  if (ir_type_of(g, x).dtype == TPUC_F64) return y;
+  tv a = U(IR_ABS, x), ya = U(IR_ABS, y);
+  tv r = SUB(U(IR_ERFC, ya), SUB(K(1), a));
+  tv slope = MUL(K(2.0 / sqrt(PI)), U(IR_EXP, U(IR_NEG, MUL(ya, ya))));
+  tv refined = ADD(ya, DIV(r, slope));
+  tv use = AND(CMP(IR_GT, a, K(0.5)), CMP(IR_LT, a, K(1)));
+  refined = SEL(ew_signbit(g, x), U(IR_NEG, refined), refined);
+  return SEL(use, refined, y);
+}
+tpuc_status *ew_erfinv(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_erfinv); }
 tpuc_status *ew_sinc(tpuc_lower_ctx *cx) { return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_sinc); }
 tpuc_status *ew_deg2rad(tpuc_lower_ctx *cx) {
   return ew_unary(cx, EW_FLOAT, IR_UNARY_COUNT, u_deg2rad);
