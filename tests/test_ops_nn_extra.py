@@ -321,3 +321,42 @@ def test_searchsorted(side):
     perm = torch.randperm(6)
     run_both(lambda s, a, srt: torch.searchsorted(s, a, side=side, sorter=srt), seq[0][perm.argsort()].contiguous(), v,
              perm.argsort().argsort(), grad=False, check_native=["searchsorted"])
+
+
+# ---- multinomial ----
+
+def test_multinomial_distribution():
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 1.0, 0.0]])
+    before = _fallbacks()
+    torch.manual_seed(0)
+    s = torch.multinomial(probs.to(DEV) * 7.0, 20000, replacement=True).cpu()  # unnormalised weights
+    assert s.shape == (2, 20000) and s.dtype == torch.int64
+    freq = torch.stack([torch.bincount(r, minlength=4).float() / r.numel() for r in s])
+    torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
+    assert (s[:, :] != 1).all() and (s[1] == 2).all()  # weight 0 never drawn
+    assert not [k for k in _new_fallbacks(before) if "multinomial" in k]
+
+
+def test_multinomial_one_sample_without_replacement_and_seeding():
+    p = torch.softmax(torch.randn(3, 50), -1).to(DEV)
+    before = _fallbacks()
+    torch.manual_seed(5)
+    a = torch.multinomial(p, 1)
+    torch.manual_seed(5)
+    b = torch.multinomial(p, 1)
+    c = torch.multinomial(p, 1)
+    assert a.shape == (3, 1) and torch.equal(a.cpu(), b.cpu())
+    assert ((a.cpu() >= 0) & (a.cpu() < 50)).all()
+    v = torch.multinomial(p[0], 1)
+    assert v.shape == (1,)
+    assert not [k for k in _new_fallbacks(before) if "multinomial" in k]
+    draws = torch.cat([torch.multinomial(p, 1).cpu() for _ in range(20)] + [c.cpu()])
+    assert draws.unique().numel() > 3  # fresh numbers each call
+
+
+def test_multinomial_without_replacement_many_samples_falls_back_correctly():
+    p = torch.tensor([0.2, 0.3, 0.5, 0.0]).to(DEV)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the expected fallback's warning
+        s = torch.multinomial(p, 3).cpu()
+    assert sorted(s.tolist()) == [0, 1, 2]

@@ -820,6 +820,62 @@ static tpuc_status *l_searchsorted(tpuc_lower_ctx *cx) {
   return NULL;
 }
 
+/* ---- multinomial ---- */
+
+/* multinomial(self, num_samples, replacement=False, *, generator): inverse
+ * CDF sampling, one uniform per sample from the device generator: the
+ * first category whose cumulative weight exceeds u * total (never one of
+ * weight 0). Without replacement only num_samples == 1 (the same thing);
+ * PyTorch's checks of the weights' values (negative, all zero) are not
+ * made on the device. */
+static tpuc_status *l_multinomial(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv p = lx_tensor(cx, 0);
+  ir_type pt = ir_type_of(g, p);
+  int64_t ns = lx_int(cx, 1, 1);
+  if (!lx_bool(cx, 2, false) && ns > 1) return lx_unimplemented(cx, "multinomial without replacement");
+  if (pt.ndim < 1 || pt.ndim > 2 || !ir_is_float(pt.dtype)) return lx_unimplemented(cx, "multinomial weights");
+  tv state = lo_rng_state(cx);
+  if (state == IR_NONE) return lx_unimplemented(cx, "multinomial without a generator state");
+  int64_t n = pt.ndim == 2 ? pt.dims[0] : 1, k = pt.dims[pt.ndim - 1];
+  if (n * ns == 0 || k == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
+  bool dbl = pt.dtype == TPUC_F64;
+  tpuc_dtype cd = dbl ? TPUC_F64 : TPUC_F32;
+  int64_t nk[2] = {n, k};
+  p = ir_reshape(g, ir_convert(g, p, cd), 2, nk);
+  int64_t win[2] = {1, k}, one[2] = {1, 1}, pad[4] = {0, 0, k - 1, 0};
+  tv cdf = ir_reduce_window(g, p, lo_const(g, cd, 0.0), IR_RED_SUM, win, one, pad);
+  int64_t st[2] = {0, k - 1}, lim[2] = {n, k};
+  tv total = ir_slice(g, cdf, st, lim, one); /* [n, 1] */
+  /* uniforms in [0, 1): a random mantissa under the exponent of 1.0, minus 1 */
+  int64_t m = n * ns, sd[2] = {n, ns};
+  ir_type bt = ir_make_type(dbl ? TPUC_U64 : TPUC_U32, 1, &m);
+  tv bits, next;
+  ir_rng_bits(g, state, bt, &bits, &next);
+  ir_type bs = ir_with_dtype(bt, TPUC_S64);
+  tv shift = dbl ? ir_bitcast(g, ir_splat_i64(g, bs, 12), bt) : ir_splat_i64(g, bt, 9);
+  tv onebits = dbl ? ir_bitcast(g, ir_splat_i64(g, bs, 0x3FF0000000000000LL), bt) : ir_splat_i64(g, bt, 0x3F800000);
+  tv u = ir_bitcast(g, ir_binary(g, IR_OR, ir_binary(g, IR_SHR_LOGICAL, bits, shift), onebits), ir_with_dtype(bt, cd));
+  u = ir_reshape(g, ir_binary(g, IR_SUB, u, ir_splat(g, ir_with_dtype(bt, cd), 1.0)), 2, sd);
+  int64_t b01[2] = {0, 1}, b02[2] = {0, 2};
+  tv target = ir_binary(g, IR_MUL, u, ir_broadcast_in_dim(g, total, ir_make_type(cd, 2, sd), b01));
+  int64_t cdims[3] = {n, ns, k};
+  ir_type ct = ir_make_type(cd, 3, cdims);
+  tv le = ir_compare(g, IR_LE, ir_broadcast_in_dim(g, cdf, ct, b02), ir_broadcast_in_dim(g, target, ct, b01));
+  int64_t last = 2, kd = 1;
+  tv count = lo_sum(g, ir_convert(g, le, TPUC_S64), &last, 1, false); /* [n, ns] */
+  ir_type it = ir_make_type(TPUC_S64, 2, nk);
+  tv nz = ir_select(g, ir_compare(g, IR_GT, p, lx_splat_like(g, p, 0.0)), ir_iota(g, it, 1), ir_splat_i64(g, it, 0));
+  tv lastnz = lo_reduce(g, nz, IR_RED_MAX, &kd, 1, true); /* [n, 1] */
+  tv idx = ir_binary(g, IR_MIN, count, ir_broadcast_in_dim(g, lastnz, ir_make_type(TPUC_S64, 2, sd), b01));
+  cx->results[0] = lo_fit(g, idx, ot);
+  return NULL;
+}
+
 /* ---- the family's table ---- */
 
 extern const tpuc_lowering tpuc_lowerings_nn_extra[];
@@ -867,5 +923,7 @@ const tpuc_lowering tpuc_lowerings_nn_extra[] = {
     {"aten::searchsorted.Tensor_out", l_searchsorted},
     {"aten::searchsorted.Scalar", l_searchsorted},
     {"aten::searchsorted.Scalar_out", l_searchsorted},
+    {"aten::multinomial", l_multinomial},
+    {"aten::multinomial.out", l_multinomial},
     {NULL, NULL},
 };
