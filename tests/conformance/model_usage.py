@@ -366,6 +366,18 @@ def measure(name: str, fn: Callable[[str], torch.Tensor]) -> tuple[dict[str, int
     return {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}, status
 
 
+# Why an op still falls back (shown under the ranking when it is listed).
+NOTES = {
+    "aten::nonzero": "data-dependent output size: the Meta kernel cannot size it, so the glue would have to "
+                     "read the count back from the device first",
+    "aten::masked_select": "data-dependent output size (as nonzero)",
+    "aten::convolution": "3-D convolution (the 3-D model): nn_conv.c lowers 1-D/2-D",
+    "aten::convolution_backward": "3-D convolution, as above",
+    "aten::grid_sampler_2d": "not lowered yet (bilinear/nearest/bicubic x zeros/border/reflection padding)",
+    "aten::grid_sampler_2d_backward": "not lowered yet",
+}
+
+
 def table(results: dict[str, tuple[dict[str, int], str]]) -> str:
     per_op: dict[str, list[str]] = {}
     calls: dict[str, int] = {}
@@ -395,6 +407,10 @@ def table(results: dict[str, tuple[dict[str, int], str]]) -> str:
         lines.append(f"| {i} | `{op}` | {len(per_op[op])} | {calls[op]} | {', '.join(per_op[op])} |")
     if not ranked:
         lines.append("| | (none) | | | |")
+    notes = [op for op in ranked if op in NOTES]
+    if notes:
+        lines += ["", "Why these still fall back:", ""]
+        lines += [f"- `{op}`: {NOTES[op]}" for op in notes]
     return "\n".join(lines) + "\n"
 
 
