@@ -360,3 +360,18 @@ def test_multinomial_without_replacement_many_samples_falls_back_correctly():
         warnings.simplefilter("ignore")  # the expected fallback's warning
         s = torch.multinomial(p, 3).cpu()
     assert sorted(s.tolist()) == [0, 1, 2]
+
+
+def test_every_registered_name_is_a_real_overload():
+    names = set()
+    root = os.path.join(HERE, "..", "csrc", "core", "lower")
+    for f in ("nn_extra.c", "upsample.c"):
+        with open(os.path.join(root, f)) as fh:
+            src = fh.read()
+        names |= set(re.findall(r'\{"(aten::[A-Za-z0-9_.]+)"', src))
+        for op in re.findall(r'UP_ENTRIES\("([a-z0-9_]+)", \w+\)', src):
+            names |= {f"aten::{op}{s}" for s in ("", ".out", "_backward", "_backward.grad_input")}
+    assert len(names) > 60
+    for n in sorted(names):
+        base, _, overload = n[len("aten::"):].partition(".")
+        assert (overload or "default") in getattr(torch.ops.aten, base).overloads(), n
