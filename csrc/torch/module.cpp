@@ -59,6 +59,7 @@ py::dict runtime_stats() {
   d["disk_corrupt"] = rs.disk_corrupt;
   d["disk_evictions"] = rs.disk_evictions;
   d["load_seconds"] = rs.load_seconds;
+  d["donations"] = rs.donations;
   d["recompiles"] = os.recompiles;
   return d;
 }
@@ -166,6 +167,10 @@ PYBIND11_MODULE(_C, m) {
         start = i + 1;
       }
     return out;
+  });
+  m.def("_pending_ops", [] {
+    tpuc_runtime* rt = runtime_or_null();
+    return rt ? tpuc_pending_ops(rt, -1) : int64_t{0};
   });
   m.def("_flush", [](int device) {
     if (tpuc_runtime* rt = runtime_or_null()) check(tpuc_flush(rt, device), "running fused ops");

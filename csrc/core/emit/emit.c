@@ -600,6 +600,8 @@ char *ir_emit(ir_graph *g, const char *name, size_t *len) {
     if (g->nodes[v].kind == N_PARAM) {
       sb_printf(&b, "%s%%v%d: ", k++ ? ", " : "", v);
       put_type(&b, &g->nodes[v].type);
+      if (g->nodes[v].sub) /* the result that may reuse this argument's buffer */
+        sb_printf(&b, " {tf.aliasing_output = %d : i32}", g->nodes[v].sub - 1);
     }
   sb_printf(&b, ") -> (");
   for (int i = 0; i < g->nout; i++) {

@@ -300,6 +300,19 @@ tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
   return first;
 }
 
+int64_t tpuc_pending_ops(tpuc_runtime *rt, int device) {
+  if (!rt->pending) return 0;
+  int64_t n = 0;
+  for (int d = 0; d < rt->device_count; d++) {
+    if (device >= 0 && d != device) continue;
+    pending *pd = pending_of(rt, d);
+    pthread_mutex_lock(&pd->lock);
+    n += pd->n;
+    pthread_mutex_unlock(&pd->lock);
+  }
+  return n;
+}
+
 tpuc_status *tpuc_fused_flush_for(tpuc_storage *s) {
   return tpuc_flush(s->rt, s->device);
 }
@@ -308,9 +321,14 @@ tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode) {
   if ((unsigned)mode > TPUC_MODE_GRAPH)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "unknown execution mode %d", (int)mode);
   int old = atomic_exchange(&rt->mode, (int)mode);
-  bool was = old == TPUC_MODE_FUSED || old == TPUC_MODE_GRAPH;
-  /* leaving a recording mode, or entering GRAPH: what is pending runs now */
-  if ((was && old != (int)mode) || mode == TPUC_MODE_GRAPH) return tpuc_flush(rt, -1);
+  /* Leaving fused eager mode runs what is pending. GRAPH (a compiled graph
+   * being recorded) flushes neither on entry nor on exit: a graph joins what
+   * is pending and stays pending after it, so that consecutive graphs (a
+   * forward, its backward, an optimizer step) become one program. They run
+   * when their results are read, when an eager op touches them, or at
+   * tpuc_flush / tpuc_synchronize. */
+  if (old == TPUC_MODE_FUSED && mode != TPUC_MODE_FUSED && mode != TPUC_MODE_GRAPH)
+    return tpuc_flush(rt, -1);
   return NULL;
 }
 

@@ -193,6 +193,7 @@ void entry_free(fast_entry *e) {
   free(e->declined);
   free(e->params);
   free(e->result_slot);
+  free(e->aliased);
   free(e->key);
   free(e);
 }
@@ -263,6 +264,8 @@ typedef struct {
   const slot_set *s;
   const bool *read;
   tv *val;       /* current value of each slot */
+  tv *param;     /* the parameter holding each slot's initial buffer, or IR_NONE */
+  int *param_no; /* its parameter number */
   bool *written; /* the program changed the slot */
   param_src *params;
   int nparams, cap;
@@ -290,6 +293,8 @@ static tpuc_status *slot_value(builder *bd, int i, tpuc_dtype as, tv *out) {
       tpuc_status *st = add_param(bd, (param_src){i, -1, -1},
                                   ir_make_type(b->dtype, b->ndim, b->dims), &bd->val[i]);
       if (st) return st;
+      bd->param[i] = bd->val[i];
+      bd->param_no[i] = bd->nparams - 1;
     } else {
       size_t nbytes = bd->s->storage[i]->nbytes, es = tpuc_dtype_size(as);
       if (nbytes % es)
@@ -411,19 +416,37 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   bd.g = ir_graph_create();
   bd.val = malloc((size_t)(s->n + 1) * sizeof *bd.val);
   bd.written = calloc((size_t)s->n + 1, sizeof *bd.written);
+  bd.param = malloc((size_t)(s->n + 1) * sizeof *bd.param);
+  bd.param_no = malloc((size_t)(s->n + 1) * sizeof *bd.param_no);
   int *result_slot = malloc((size_t)(s->n + 1) * sizeof *result_slot);
+  bool *aliased = NULL;
   tpuc_status *st = NULL;
   char *text = NULL;
-  if (!bd.g || !bd.val || !bd.written || !result_slot) {
+  if (!bd.g || !bd.val || !bd.written || !bd.param || !bd.param_no || !result_slot) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
-  for (int i = 0; i < s->n; i++) bd.val[i] = IR_NONE;
+  for (int i = 0; i < s->n; i++) bd.val[i] = bd.param[i] = IR_NONE;
   for (int k = 0; k < n && !st; k++) st = build_call(&bd, calls[k], tslots[k], oslots[k], k);
+  if (!st && !(aliased = calloc((size_t)bd.nparams + 1, sizeof *aliased)))
+    st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
   int nres = 0;
   for (int i = 0; !st && i < s->n; i++)
     if (bd.written[i] && live[i]) {
-      ir_output(bd.g, bd.val[i]);
+      tv v = bd.val[i];
+      if (bd.param[i] != IR_NONE && v != bd.param[i]) {
+        /* the new value may take over the old buffer's memory (donation):
+         * it is kept in the old buffer's shape when it has the same bytes */
+        const ir_type *pt = ir_typeof(bd.g, bd.param[i]), *vt = ir_typeof(bd.g, v);
+        if (pt->dtype == vt->dtype && ir_numel(pt) == ir_numel(vt)) {
+          bool same = pt->ndim == vt->ndim;
+          for (int d = 0; same && d < pt->ndim; d++) same = pt->dims[d] == vt->dims[d];
+          if (!same) v = ir_reshape(bd.g, v, pt->ndim, pt->dims);
+          ir_alias(bd.g, bd.param[i], nres);
+          aliased[bd.param_no[i]] = true;
+        }
+      }
+      ir_output(bd.g, v);
       result_slot[nres++] = i;
     }
   if (st) goto done;
@@ -456,8 +479,14 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   e->nresults = nres;
   e->result_slot = result_slot;
   result_slot = NULL;
+  free(e->aliased);
+  e->aliased = aliased;
+  aliased = NULL;
 done:
   free(text);
+  free(aliased);
+  free(bd.param);
+  free(bd.param_no);
   free(bd.params);
   free(bd.val);
   free(bd.written);
@@ -494,13 +523,14 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
                          const tpuc_op_call *const *calls, bool wait) {
   int np = e->nparams, nr = e->nresults ? e->nresults : 1;
   tpuc_buffer *args_small[16] = {0}, *outs_small[8] = {0};
-  bool made_small[16] = {false};
+  bool made_small[16] = {false}, donate_small[16] = {false};
   bool small = np < 16 && nr <= 8; /* a single op: no allocation here */
   tpuc_buffer **args = small ? args_small : calloc((size_t)np + 1, sizeof *args);
   bool *made = small ? made_small : calloc((size_t)np + 1, sizeof *made);
   tpuc_buffer **outs = small ? outs_small : calloc((size_t)nr, sizeof *outs);
+  bool *donate = small ? donate_small : calloc((size_t)np + 1, sizeof *donate);
   tpuc_status *st = NULL;
-  if (!args || !made || !outs) {
+  if (!args || !made || !outs || !donate) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
@@ -508,12 +538,15 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
     const param_src *p = &e->params[i];
     if (p->slot >= 0) {
       args[i] = s->buffer[p->slot];
+      /* donated only when the storage (rebound to the result below) and
+       * this launch are its only holders: no other storage, no reader */
+      donate[i] = e->aliased && e->aliased[i] && atomic_load(&args[i]->refs) == 2;
     } else {
       st = arg_buffer(rt, device, &calls[p->op]->args[p->arg], &args[i]);
       made[i] = !st;
     }
   }
-  if (!st) st = tpuc_execute(e->exe, device, args, np, outs, wait);
+  if (!st) st = tpuc_execute_donating(e->exe, device, args, donate, np, outs, wait);
   if (!st)
     for (int i = 0; i < e->nresults; i++) {
       tpuc_status *bs = tpuc_storage_bind(s->storage[e->result_slot[i]], outs[i]);
@@ -528,6 +561,7 @@ done:
     free(args);
     free(made);
     free(outs);
+    free(donate);
   }
   return st;
 }

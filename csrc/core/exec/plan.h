@@ -62,6 +62,7 @@ typedef struct tpuc_fast_entry {
   param_src *params;
   int nresults;
   int *result_slot; /* slot each program result is bound to */
+  bool *aliased;    /* per parameter: an output may reuse its buffer (donation) */
   struct tpuc_fast_entry *next;
 } fast_entry;
 

@@ -92,6 +92,9 @@ typedef struct {
   int64_t stablehlo_current[3]; /* -1 when the plugin does not say */
   int64_t stablehlo_minimum[3];
   int device_count;
+  /* XLA options tpuc sets when compiling ("" when none), e.g. the XLA CPU
+   * matmul library: "xla_cpu_experimental_onednn_fusion_type=DOT" */
+  const char *compile_overrides;
 } tpuc_runtime_info;
 
 /* Strings stay valid for the runtime's lifetime. */
@@ -131,6 +134,7 @@ typedef struct {
   int64_t disk_corrupt;    /* bad files found, removed and recompiled */
   int64_t disk_evictions;  /* files removed to respect the size bound */
   double load_seconds;     /* wall time spent loading cached executables */
+  int64_t donations;       /* argument buffers a program reused for its outputs */
 } tpuc_runtime_stats;
 
 void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out);
@@ -314,8 +318,11 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *call, bool wait);
  *   began the last chunk recurs after as many ops as that chunk had), so a
  *   steady training loop maps onto the same few cached programs. Results
  *   of storages freed meanwhile are never materialised. */
-/* - GRAPH: recorded like FUSED but cut only by tpuc_flush (a compiled
- *   graph runs as exactly one program). */
+/* - GRAPH: recorded like FUSED but never cut by loop detection; entering
+ *   or leaving it flushes nothing, so consecutive compiled graphs (forward,
+ *   backward, optimizer step) and the eager ops between them that do not
+ *   touch their results join one program. What is pending runs at
+ *   tpuc_flush, a host read, or an op in STRICT/DEBUG mode that uses it. */
 typedef enum {
   TPUC_MODE_STRICT = 0,
   TPUC_MODE_DEBUG = 1,
@@ -323,9 +330,11 @@ typedef enum {
   TPUC_MODE_GRAPH = 3
 } tpuc_mode;
 
-/* Switching away from FUSED flushes what is pending. */
+/* Switching from FUSED to STRICT or DEBUG flushes what is pending. */
 tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode);
 tpuc_mode tpuc_get_mode(tpuc_runtime *rt);
+/* Ops recorded and not yet run on `device` (-1: all devices). */
+int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
 /* Runs the ops recorded for `device` (-1: every device) now. */
 tpuc_status *tpuc_flush(tpuc_runtime *rt, int device);
 /* Flushes, then waits for every program launched on `device` (-1: all) so

@@ -651,6 +651,14 @@ void ir_rng_bits(ir_graph *g, tv state, ir_type bits_type, tv *bits, tv *new_sta
 }
 
 /* ---- the function ---- */
+void ir_alias(ir_graph *g, tv param, int output_index) {
+  if (!valid(g, param) || g->nodes[param].kind != N_PARAM || output_index < 0) {
+    ir_fail(g, "IR alias: not a parameter");
+    return;
+  }
+  g->nodes[param].sub = output_index + 1; /* 0: no alias */
+}
+
 void ir_output(ir_graph *g, tv v) {
   if (!valid(g, v)) {
     ir_fail(g, "IR output: not a value");

@@ -154,6 +154,9 @@ void ir_rng_bits(ir_graph *g, tv state, ir_type bits_type, tv *bits, tv *new_sta
 
 /* ---- the function ---- */
 void ir_output(ir_graph *g, tv v); /* results, in order */
+/* Lets result `output_index` reuse parameter `param`'s buffer when the caller
+ * donates it at launch (same type required; emitted as tf.aliasing_output). */
+void ir_alias(ir_graph *g, tv param, int output_index);
 int ir_num_params(const ir_graph *g);
 int ir_num_outputs(const ir_graph *g);
 

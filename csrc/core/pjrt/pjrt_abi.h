@@ -147,7 +147,8 @@ typedef enum {
   PJ_SLOT_BUFFER_TO_HOST = 70,
   PJ_SLOT_BUFFER_READY_EVENT = 72,
   PJ_SLOT_EXECUTABLE_OUTPUT_ELEMENT_TYPES = 90,
-  PJ_SLOT_EXECUTABLE_OUTPUT_DIMENSIONS = 91
+  PJ_SLOT_EXECUTABLE_OUTPUT_DIMENSIONS = 91,
+  PJ_SLOT_EXECUTABLE_GET_COMPILED_MEMORY_STATS = 96
 } pj_slot;
 
 /* A host layout: tiled (minor_to_major order, optional tiles) or strides. */
@@ -326,6 +327,16 @@ typedef struct {
 } pj_execute_args;
 
 typedef struct { PJ_HEADER; pj_buffer *buffer; } pj_buffer_destroy_args;
+/* What the compiler's buffer assignment reserved, in bytes (device, then host). */
+typedef struct {
+  PJ_HEADER;
+  pj_executable *executable;
+  int64_t generated_code_size_in_bytes, argument_size_in_bytes, output_size_in_bytes;
+  int64_t alias_size_in_bytes, temp_size_in_bytes;
+  int64_t host_generated_code_size_in_bytes, host_argument_size_in_bytes;
+  int64_t host_output_size_in_bytes, host_alias_size_in_bytes, host_temp_size_in_bytes;
+  int64_t peak_memory_in_bytes, total_size_in_bytes;
+} pj_executable_memory_stats_args;
 typedef struct { PJ_HEADER; pj_buffer *buffer; pj_buffer_type type; } pj_buffer_element_type_args;
 typedef struct {
   PJ_HEADER; pj_buffer *buffer; const int64_t *dims; size_t num_dims;

@@ -102,6 +102,7 @@ tpuc_status *tpuc_buffer_wrap(tpuc_runtime *rt, int device, pj_buffer *pb, tpuc_
     return s;
   }
   atomic_init(&b->refs, 1);
+  atomic_init(&b->donated, false);
   b->rt = rt;
   b->buf = pb;
   b->device = device;
@@ -277,7 +278,8 @@ void tpuc_buffer_release(tpuc_buffer *b) {
   d.struct_size = PJ_SIZE(pj_buffer_destroy_args, buffer);
   d.buffer = b->buf;
   if (destroy) tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&d), NULL));
-  tpuc_runtime_account(rt, b->device, -(int64_t)b->nbytes);
+  if (!atomic_load(&b->donated)) /* a donated buffer's bytes left with the donation */
+    tpuc_runtime_account(rt, b->device, -(int64_t)b->nbytes);
   atomic_fetch_sub(&rt->live_objects, 1);
   free(b);
 }

@@ -12,6 +12,12 @@
 
 tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *args, int nargs,
                           tpuc_buffer **outs, bool wait) {
+  return tpuc_execute_donating(e, device, args, NULL, nargs, outs, wait);
+}
+
+tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *const *args,
+                                   const bool *donate, int nargs, tpuc_buffer **outs,
+                                   bool wait) {
   tpuc_runtime *rt = e->rt;
   const tpuc_plugin *p = &rt->plugin;
   if (device < 0 || device >= rt->device_count)
@@ -30,16 +36,26 @@ tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *ar
   pj_buffer **arg_bufs = nargs <= SMALL ? arg_small : malloc((size_t)nargs * sizeof *arg_bufs);
   pj_buffer **out_bufs =
       e->num_outputs <= SMALL ? out_small : malloc((size_t)e->num_outputs * sizeof *out_bufs);
+  /* an argument the program may alias with an output is donated unless
+   * listed here: every argument not marked for donation is */
+  int64_t keep_small[SMALL];
+  int64_t *keep = nargs <= SMALL ? keep_small : malloc((size_t)nargs * sizeof *keep);
+  size_t nkeep = 0;
   tpuc_status *s = NULL;
-  if (!arg_bufs || !out_bufs) {
+  if (!arg_bufs || !out_bufs || !keep) {
     s = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
-  for (int i = 0; i < nargs; i++) arg_bufs[i] = args[i]->buf;
+  for (int i = 0; i < nargs; i++) {
+    arg_bufs[i] = args[i]->buf;
+    if (!donate || !donate[i]) keep[nkeep++] = i;
+  }
   for (int i = 0; i < e->num_outputs; i++) out_bufs[i] = NULL;
 
   pj_execute_options opts = {0};
   opts.struct_size = PJ_SIZE(pj_execute_options, num_custom_options);
+  opts.non_donatable_input_indices = keep;
+  opts.num_non_donatable_input_indices = nkeep;
   pj_buffer *const *arg_lists[1] = {arg_bufs};
   pj_buffer **out_lists[1] = {out_bufs};
   pj_event *complete[1] = {NULL};
@@ -57,6 +73,11 @@ tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *ar
   s = tpuc_plugin_error(p, execute(&a), "launching a program");
   if (s) goto done;
   atomic_fetch_add(&rt->executions, 1);
+  for (int i = 0; donate && i < nargs; i++) /* their memory now holds outputs */
+    if (donate[i] && !atomic_exchange(&args[i]->donated, true)) {
+      tpuc_runtime_account(rt, device, -(int64_t)args[i]->nbytes);
+      atomic_fetch_add(&rt->donations, 1);
+    }
 
   int made = 0;
   for (; made < e->num_outputs && !s; made++)
@@ -72,6 +93,7 @@ tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *ar
       tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
     }
   }
+  if (!s && e->temp_bytes) tpuc_runtime_note_transient(rt, device, e->temp_bytes);
   if (!wait && complete[0]) { /* asynchronous: remember it for tpuc_synchronize */
     tpuc_inflight_push(rt, device, complete[0]);
     complete[0] = NULL;
@@ -88,6 +110,7 @@ tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *ar
 done:
   if (arg_bufs != arg_small) free(arg_bufs);
   if (out_bufs != out_small) free(out_bufs);
+  if (keep != keep_small) free(keep);
   return s;
 }
 

@@ -63,6 +63,9 @@ struct tpuc_runtime {
   pj_client *client;
   char *platform_name;
   char *platform_version;
+  /* one XLA debug option set in every compile (key, value; NULL: none) */
+  const char *override_key, *override_value;
+  char override_text[128]; /* "key=value" for tpuc info */
   int64_t xla_version;
   int64_t shlo_current[3], shlo_minimum[3];
   int device_count;
@@ -93,6 +96,7 @@ struct tpuc_runtime {
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 
   atomic_llong executions;
+  atomic_llong donations;
   atomic_llong live_objects; /* buffers + executables not yet destroyed */
 };
 
@@ -112,6 +116,7 @@ struct tpuc_buffer {
   int64_t dims[TPUC_MAX_DIMS];
   int64_t numel;
   size_t nbytes;
+  atomic_bool donated; /* consumed by a program: its memory is the output's now */
 };
 
 /* Wraps a plugin buffer (takes ownership) into a tpuc_buffer. */
@@ -131,7 +136,17 @@ struct tpuc_executable {
   tpuc_dtype *out_dtypes;
   int *out_ndims;
   int64_t (*out_dims)[TPUC_MAX_DIMS];
+  int64_t temp_bytes; /* scratch memory while it runs (0: the plugin does not say) */
 };
+
+/* tpuc_execute, donating each args[i] with donate[i] set (NULL: none) to the
+ * output the program aliases with it. A donated buffer is consumed: only
+ * releasing it remains valid. The caller guarantees nobody else uses it. */
+tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *const *args,
+                                   const bool *donate, int nargs, tpuc_buffer **outs, bool wait);
+/* Notes that `transient` more bytes are in use on `device` for a moment
+ * (a program's scratch memory): only the peak can change. */
+void tpuc_runtime_note_transient(tpuc_runtime *rt, int device, int64_t transient);
 
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);

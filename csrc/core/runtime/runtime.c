@@ -144,6 +144,27 @@ static int env_int(const char *name, int dflt) {
   return (*end || n <= 0 || n > 4096) ? dflt : (int)n;
 }
 
+/* An XLA debug option for every compile on the XLA CPU plugin, chosen by
+ * TPUC_XLA_CPU_DOT: "onednn" or "ynnpack" hand dots to that library (XLA's
+ * experimental library fusions), "xla" or unset keeps XLA's own emitter.
+ * The option is part of the compile options, hence of every cache key.
+ * Other platforms get no override. */
+static void choose_compile_overrides(tpuc_runtime *rt) {
+  rt->override_key = rt->override_value = NULL;
+  rt->override_text[0] = 0;
+  if (strcmp(rt->platform_name, "cpu") != 0) return;
+  const char *lib = getenv("TPUC_XLA_CPU_DOT");
+  if (lib && !strcmp(lib, "onednn"))
+    rt->override_key = "xla_cpu_experimental_onednn_fusion_type";
+  else if (lib && !strcmp(lib, "ynnpack"))
+    rt->override_key = "xla_cpu_experimental_ynn_fusion_type";
+  else
+    return; /* "xla": XLA's own code */
+  rt->override_value = "LIBRARY_FUSION_TYPE_DOT";
+  snprintf(rt->override_text, sizeof rt->override_text, "%s=%s", rt->override_key,
+           rt->override_value);
+}
+
 tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime **out) {
   *out = NULL;
   const char *path = opts && opts->plugin_path ? opts->plugin_path : getenv("TPUC_PJRT_PLUGIN");
@@ -155,6 +176,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
   pthread_mutex_init(&rt->cache_lock, NULL);
   pthread_mutex_init(&rt->fast_lock, NULL);
   atomic_init(&rt->executions, 0);
+  atomic_init(&rt->donations, 0);
   atomic_init(&rt->live_objects, 0);
 
   tpuc_status *s = tpuc_plugin_load(path, &rt->plugin);
@@ -169,6 +191,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
     return s;
   }
   read_attributes(rt);
+  choose_compile_overrides(rt);
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   *out = rt;
   return NULL;
@@ -218,6 +241,7 @@ void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out) {
   memcpy(out->stablehlo_current, rt->shlo_current, sizeof out->stablehlo_current);
   memcpy(out->stablehlo_minimum, rt->shlo_minimum, sizeof out->stablehlo_minimum);
   out->device_count = rt->device_count;
+  out->compile_overrides = rt->override_text;
 }
 
 static tpuc_status *check_device(const tpuc_runtime *rt, int device) {
@@ -251,6 +275,13 @@ void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta) {
     d->num_buffers--;
   }
   if (d->bytes_in_use > d->peak_bytes) d->peak_bytes = d->bytes_in_use;
+  pthread_mutex_unlock(&rt->mem_lock);
+}
+
+void tpuc_runtime_note_transient(tpuc_runtime *rt, int device, int64_t transient) {
+  pthread_mutex_lock(&rt->mem_lock);
+  tpuc_device_rec *d = &rt->devices[device];
+  if (d->bytes_in_use + transient > d->peak_bytes) d->peak_bytes = d->bytes_in_use + transient;
   pthread_mutex_unlock(&rt->mem_lock);
 }
 
@@ -291,5 +322,6 @@ void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out) {
   out->disk_corrupt = rt->disk_corrupt;
   out->disk_evictions = rt->disk_evictions;
   out->load_seconds = rt->load_seconds;
+  out->donations = atomic_load(&rt->donations);
   pthread_mutex_unlock(&rt->cache_lock);
 }

@@ -340,6 +340,46 @@ static void test_retain_shares(void) {
   CHECK(m.bytes_in_use == live - 32);
 }
 
+/* An argument aliased with an output (tf.aliasing_output) and donated is
+ * consumed: the output reuses its memory, the accounting drops its bytes at
+ * once, and only releasing it remains valid. Not donated, it stays intact. */
+static void test_donation(void) {
+  static const char *text =
+      "module @donate {\n"
+      "  func.func public @main(%a: tensor<8xf32> {tf.aliasing_output = 0 : i32}) -> "
+      "(tensor<8xf32>) {\n"
+      "    %0 = \"stablehlo.add\"(%a, %a) : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>\n"
+      "    \"func.return\"(%0) : (tensor<8xf32>) -> ()\n  }\n}\n";
+  tpuc_executable *e = NULL;
+  CHECK_OK(tpuc_compile(rt, text, strlen(text), &e));
+  if (!e) return;
+  int64_t dims[1] = {8};
+  float in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+  for (int donate = 0; donate < 2; donate++) {
+    tpuc_buffer *a = NULL, *o = NULL;
+    CHECK_OK(tpuc_buffer_from_host(rt, 0, TPUC_F32, dims, 1, in, &a));
+    tpuc_memory_stats before, after;
+    CHECK_OK(tpuc_memory_stats_get(rt, 0, &before));
+    tpuc_runtime_stats rs0, rs1;
+    tpuc_runtime_stats_get(rt, &rs0);
+    bool d = donate != 0;
+    CHECK_OK(tpuc_execute_donating(e, 0, &a, &d, 1, &o, true));
+    tpuc_runtime_stats_get(rt, &rs1);
+    CHECK_OK(tpuc_memory_stats_get(rt, 0, &after));
+    CHECK_OK(tpuc_buffer_to_host(o, out, sizeof out));
+    for (int i = 0; i < 8; i++) CHECK(out[i] == 2 * in[i]);
+    /* donated: the output took the input's place; kept: both are live */
+    CHECK(after.bytes_in_use == before.bytes_in_use + (d ? 0 : 32));
+    CHECK(rs1.donations - rs0.donations == (d ? 1 : 0));
+    tpuc_status *rs = tpuc_buffer_to_host(a, out, sizeof out);
+    CHECK((rs != NULL) == d); /* a donated buffer cannot be read */
+    tpuc_status_destroy(rs);
+    tpuc_buffer_release(a);
+    tpuc_buffer_release(o);
+  }
+  tpuc_executable_release(e);
+}
+
 static void test_accounting_returns_to_zero(void) {
   tpuc_cache_clear(rt); /* executables hold no buffers, but drop them too */
   tpuc_memory_stats m;
@@ -431,6 +471,7 @@ int main(void) {
   RUN(test_execute_errors);
   RUN(test_async_completion);
   RUN(test_retain_shares);
+  RUN(test_donation);
   RUN(test_accounting_returns_to_zero);
   RUN(test_bad_plugin_path);
   RUN(test_second_runtime);
