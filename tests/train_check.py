@@ -44,14 +44,17 @@ def data(kind: str, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [out[i % 4] for i in range(steps)]
 
 
-def train(kind: str, device: str, steps: int, compiled: bool = False) -> dict:
+def train(kind: str, device: str, steps: int, compiled: bool = False,
+          whole_step: bool = False) -> dict:
+    """compiled: the model under torch.compile; whole_step: one compiled function
+    holding forward, backward and the optimizer step (AdamW, capturable)."""
     torch.manual_seed(0)
     model = (make_mlp() if kind == "mlp" else make_transformer()).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01,
+                            capturable=whole_step)
     run = torch.compile(model, backend="tpu") if compiled else model
-    losses, compiles = [], []
-    for x, y in data(kind, steps):
-        x, y = x.to(device), y.to(device)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if kind == "mlp":
             loss = nn.functional.cross_entropy(run(x), y)
         else:
@@ -59,11 +62,23 @@ def train(kind: str, device: str, steps: int, compiled: bool = False) -> dict:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        return loss
+
+    if whole_step:
+        step = torch.compile(step, backend="tpu")
+    losses, compiles, executions, donations = [], [], [], []
+    for x, y in data(kind, steps):
+        x, y = x.to(device), y.to(device)
+        loss = step(x, y)
         losses.append(loss.item())
         if device == "tpu":
-            compiles.append(torch.tpu.stats()["compiles"])
+            st = torch.tpu.stats()
+            compiles.append(st["compiles"])
+            executions.append(st["executions"])
+            donations.append(st["donations"])
     params = [p.detach().to("cpu") for p in model.parameters()]
-    return {"losses": losses, "compiles": compiles, "params": params}
+    return {"losses": losses, "compiles": compiles, "params": params,
+            "executions": executions, "donations": donations}
 
 
 def main() -> int:
@@ -71,9 +86,12 @@ def main() -> int:
     ap.add_argument("kind", choices=["mlp", "transformer"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--compile", action="store_true", help='torch.compile(backend="tpu") on tpu')
+    ap.add_argument("--compile-step", action="store_true",
+                    help="compile the whole training step (forward, backward, optimizer) on tpu")
     args = ap.parse_args()
     ref = train(args.kind, "cpu", args.steps)
-    dev = train(args.kind, "tpu", args.steps, compiled=args.compile)
+    dev = train(args.kind, "tpu", args.steps, compiled=args.compile,
+                whole_step=args.compile_step)
     rel = [abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ref["losses"], dev["losses"])]
     pdiff = max(
         ((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item()
@@ -86,6 +104,9 @@ def main() -> int:
         "max_rel_loss_diff": max(rel),
         "max_rel_param_diff": pdiff,
         "compiles_per_step": dev["compiles"],
+        "executions_per_step": dev["executions"],
+        "donations_per_step": dev["donations"],
+        "n_params": len(dev["params"]),
         "fallbacks": stats.get("fallbacks", {}),
         "launch_blocking": os.environ.get("TPUC_LAUNCH_BLOCKING", "0"),
         "eager_mode": torch.tpu.get_eager_mode(),
