@@ -9,6 +9,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/transformers/attention.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -231,18 +232,32 @@ void reset_fallback_counts() {
   for (auto& [key, info] : r.ops) info->fallbacks.store(0);
 }
 
-namespace {
-
-// scaled_dot_product_attention on tpu: the math backend, which decomposes
-// into ops the device runs (matmul, softmax, ...).
-int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                         const std::optional<at::Tensor>&, double, bool, std::optional<double>,
-                         bool) {
-  return 0;  // at::SDPBackend::math
+// scaled_dot_product_attention on tpu: the fused CPU "flash" op
+// (_scaled_dot_product_flash_attention_for_cpu and its backward), which the
+// core lowers to one attention computation, whenever it applies: 4-D inputs
+// with equal head counts, a floating dtype, no dropout (the op has none) and
+// no gradient wanted for the mask. Otherwise the math backend, which
+// decomposes into ops the device runs (matmul, softmax, dropout, ...).
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool,
+                         std::optional<double>, bool) {
+  constexpr int64_t kMath = 0, kFlash = 1;  // at::SDPBackend
+  bool ok = dropout_p == 0.0 && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+            at::isFloatingType(q.scalar_type()) && k.scalar_type() == q.scalar_type() &&
+            v.scalar_type() == q.scalar_type() && q.size(0) == k.size(0) &&
+            k.size(0) == v.size(0) && q.size(1) == k.size(1) && k.size(1) == v.size(1) &&
+            q.size(3) == k.size(3) && k.size(2) == v.size(2) &&
+            !(mask.has_value() && mask->defined() && mask->requires_grad());
+  return ok ? kFlash : kMath;
 }
 
-}  // namespace
 }  // namespace tpuc_torch
+
+// at::scaled_dot_product_attention asks the device's dispatch stub (not the
+// _fused_sdp_choice operator, which tracing and meta code call) for a backend.
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &tpuc_torch::fused_sdp_choice)
+}  // namespace at::native
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());

@@ -168,6 +168,7 @@ PYBIND11_MODULE(_C, m) {
       }
     return out;
   });
+  m.def("_set_donation", [](bool on) { tpuc_set_donation(runtime(), on); });
   m.def("_pending_ops", [] {
     tpuc_runtime* rt = runtime_or_null();
     return rt ? tpuc_pending_ops(rt, -1) : int64_t{0};

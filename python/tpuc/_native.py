@@ -40,7 +40,6 @@ class _RuntimeInfo(ctypes.Structure):
         ("stablehlo_current", ctypes.c_int64 * 3),
         ("stablehlo_minimum", ctypes.c_int64 * 3),
         ("device_count", ctypes.c_int),
-        ("compile_overrides", ctypes.c_char_p),
     ]
 
 
@@ -135,7 +134,6 @@ class RuntimeDescription:
     xla_version: int | None
     stablehlo_current: str | None
     stablehlo_minimum: str | None
-    compile_overrides: str = ""
     devices: list[DeviceDescription] = field(default_factory=list)
 
 
@@ -160,7 +158,6 @@ def describe(plugin_path: str, cpu_device_count: int = 0) -> RuntimeDescription:
             xla_version=None if info.xla_version < 0 else info.xla_version,
             stablehlo_current=_version3(info.stablehlo_current),
             stablehlo_minimum=_version3(info.stablehlo_minimum),
-            compile_overrides=(info.compile_overrides or b"").decode(),
         )
         for i in range(info.device_count):
             d = _DeviceInfo()

@@ -48,8 +48,6 @@ def _info(as_json: bool) -> int:
     print(f"XLA version:       {desc.xla_version if desc.xla_version is not None else 'n/a'}")
     if desc.stablehlo_current:
         print(f"StableHLO:         {desc.stablehlo_minimum} .. {desc.stablehlo_current}")
-    if desc.compile_overrides:
-        print(f"XLA options:       {desc.compile_overrides}  (TPUC_XLA_CPU_DOT)")
     print(f"devices:           {len(desc.devices)}")
     for d in desc.devices:
         print(f"  tpu:{d.index}  id {d.id}  {d.kind}  {d.description}")

@@ -72,11 +72,16 @@ def _make_backend() -> Callable:
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
+    decompositions = core_aten_decompositions()
+    # attention stays one op: the core lowers the fused CPU attention op and its
+    # backward (PyTorch's decomposition of it returns a logsumexp the native
+    # backward cannot use, and saves the whole probability matrix)
+    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     return aot_autograd(
         fw_compiler=_graph_runner,
         bw_compiler=_graph_runner,
         inference_compiler=_graph_runner,
-        decompositions=core_aten_decompositions(),
+        decompositions=decompositions,
         # an optimizer step's in-place updates stay in its graph (no eager copy_ after it)
         keep_inference_input_mutations=True,
     )

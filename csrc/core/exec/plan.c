@@ -130,7 +130,10 @@ tpuc_status *key_call(keybuf *k, const tpuc_op_call *c, slot_set *s, int *tslot,
         key_i64(k, a->tensors.count);
         break;
       case TPUC_ARG_STRING: key_put(k, a->s, strlen(a->s) + 1); break;
-      case TPUC_ARG_SCALAR: key_i64(k, a->scalar.kind); break;
+      case TPUC_ARG_SCALAR:
+        key_i64(k, a->scalar.kind);
+        if (tpuc_scalar_is_static(c, i)) key_put(k, &a->scalar.re, sizeof a->scalar.re);
+        break;
       default: break;
     }
   }
@@ -339,7 +342,9 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
   for (int i = 0; i < na && !st; i++) {
     svals[i] = IR_NONE;
     const tpuc_arg *a = &c->args[i];
-    if (a->kind == TPUC_ARG_SCALAR || a->kind == TPUC_ARG_RNG)
+    if (a->kind == TPUC_ARG_SCALAR && tpuc_scalar_is_static(c, i))
+      svals[i] = ir_splat(g, arg_param_type(a), a->scalar.re); /* in the signature */
+    else if (a->kind == TPUC_ARG_SCALAR || a->kind == TPUC_ARG_RNG)
       st = add_param(bd, (param_src){-1, op_index, i}, arg_param_type(a), &svals[i]);
   }
   if (st) goto done;
@@ -540,7 +545,7 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
       args[i] = s->buffer[p->slot];
       /* donated only when the storage (rebound to the result below) and
        * this launch are its only holders: no other storage, no reader */
-      donate[i] = e->aliased && e->aliased[i] && atomic_load(&args[i]->refs) == 2;
+      donate[i] = atomic_load(&rt->donate) && e->aliased && e->aliased[i] && atomic_load(&args[i]->refs) == 2;
     } else {
       st = arg_buffer(rt, device, &calls[p->op]->args[p->arg], &args[i]);
       made[i] = !st;

@@ -92,9 +92,6 @@ typedef struct {
   int64_t stablehlo_current[3]; /* -1 when the plugin does not say */
   int64_t stablehlo_minimum[3];
   int device_count;
-  /* XLA options tpuc sets when compiling ("" when none), e.g. the XLA CPU
-   * matmul library: "xla_cpu_experimental_onednn_fusion_type=DOT" */
-  const char *compile_overrides;
 } tpuc_runtime_info;
 
 /* Strings stay valid for the runtime's lifetime. */
@@ -333,6 +330,10 @@ typedef enum {
 /* Switching from FUSED to STRICT or DEBUG flushes what is pending. */
 tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode);
 tpuc_mode tpuc_get_mode(tpuc_runtime *rt);
+/* Whether programs may take over the buffers they replace (on by default;
+ * $TPUC_DONATE=0 turns it off): a storage's old buffer is donated to the
+ * program that computes its new value when nothing else holds it. */
+void tpuc_set_donation(tpuc_runtime *rt, bool on);
 /* Ops recorded and not yet run on `device` (-1: all devices). */
 int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
 /* Runs the ops recorded for `device` (-1: every device) now. */

@@ -36,7 +36,7 @@ void ir_fail(ir_graph *g, const char *fmt, ...) {
   if (!g->error) g->error = (char *)NULL;
 }
 
-static bool valid(ir_graph *g, tv v) { return !g->error && v >= 0 && v < g->n; }
+static bool valid(const ir_graph *g, tv v) { return !g->error && v >= 0 && v < g->n; }
 
 const ir_type *ir_typeof(const ir_graph *g, tv v) {
   static const ir_type none = {TPUC_F32, 0, {0}};
@@ -148,6 +148,15 @@ tv ir_param(ir_graph *g, ir_type t) {
   tv v = add(g, N_PARAM, 0, t, NULL, 0, NULL, 0);
   if (v != IR_NONE) g->nodes[v].i = g->nparams++;
   return v;
+}
+
+bool ir_splat_value(const ir_graph *g, tv v, double *out) {
+  if (!valid(g, v)) return false;
+  const ir_node *n = &g->nodes[v];
+  if (n->kind == N_SPLAT) *out = n->f;
+  else if (n->kind == N_SPLAT_I64) *out = (double)n->i;
+  else return false;
+  return true;
 }
 
 tv ir_splat(ir_graph *g, ir_type t, double value) {

@@ -42,6 +42,8 @@ bool ir_is_unsigned(tpuc_dtype t);
 
 /* ---- leaves ---- */
 tv ir_param(ir_graph *g, ir_type t); /* parameters are numbered in creation order */
+/* True (and its value in *out) when v is a splat constant. */
+bool ir_splat_value(const ir_graph *g, tv v, double *out);
 /* A constant of type t with every element `value` (converted to t.dtype;
  * pred: value != 0). */
 tv ir_splat(ir_graph *g, ir_type t, double value);

@@ -356,7 +356,30 @@ static tpuc_status *ew_remainder_op(tpuc_lower_ctx *cx) {
   return ew_binary(cx, 0, 1, 0, ew_remainder);
 }
 static tpuc_status *ew_fmod(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, 0, b_rem); }
-static tpuc_status *ew_pow(tpuc_lower_ctx *cx) { return ew_binary(cx, 0, 1, EW_COMPLEX, b_pow); }
+/* x ** e with e a constant (a static Scalar): the products and roots
+ * PyTorch's CPU kernel uses for these exponents, far cheaper than pow. */
+static tv pow_special(ir_graph *g, tv x, double e) {
+  if (e == 1) return x;
+  if (e == 2) return ir_binary(g, IR_MUL, x, x);
+  if (e == 3) return ir_binary(g, IR_MUL, ir_binary(g, IR_MUL, x, x), x);
+  if (e == 0.5) return ir_unary(g, IR_SQRT, x);
+  if (e == -0.5) return ir_unary(g, IR_RSQRT, x);
+  if (e == -1) return ir_binary(g, IR_DIV, ew_splat(g, x, 1.0), x);
+  if (e == -2) return ir_binary(g, IR_DIV, ew_splat(g, x, 1.0), ir_binary(g, IR_MUL, x, x));
+  return IR_NONE;
+}
+
+static tpuc_status *ew_pow(tpuc_lower_ctx *cx) {
+  double e;
+  const tpuc_arg *b = lx_arg(cx, 1);
+  if (b && b->kind == TPUC_ARG_SCALAR && ir_splat_value(cx->g, cx->scalar_vals[1], &e) &&
+      ir_is_float(cx->out_types[0].dtype) && e != 0) {
+    tpuc_dtype d = lx_compute_dtype(cx->out_types[0].dtype);
+    tv r = pow_special(cx->g, ew_operand(cx, 0, ew_out_as(cx, d)), e);
+    if (r != IR_NONE) return ew_finish(cx, r);
+  }
+  return ew_binary(cx, 0, 1, EW_COMPLEX, b_pow);
+}
 static tpuc_status *ew_atan2(tpuc_lower_ctx *cx) {
   return ew_binary(cx, 0, 1, EW_FLOAT, b_atan2);
 }
@@ -511,7 +534,9 @@ const tpuc_lowering tpuc_lowerings_elementwise[] = {
     E("remainder.Scalar_Tensor_out", ew_remainder_op),
     CMP("fmod", ew_fmod),
     E3("pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out", ew_pow),
-    E3("pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out", ew_pow),
+    {"aten::pow.Tensor_Scalar", ew_pow, 1u << 1},
+    {"aten::pow_.Scalar", ew_pow, 1u << 1},
+    {"aten::pow.Tensor_Scalar_out", ew_pow, 1u << 1},
     E("pow.Scalar", ew_pow),
     E("pow.Scalar_out", ew_pow),
     UNARY3("atan2", ew_atan2),

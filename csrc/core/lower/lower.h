@@ -33,7 +33,14 @@ typedef tpuc_status *(*tpuc_lower_fn)(tpuc_lower_ctx *cx);
 typedef struct {
   const char *name; /* "aten::add.Tensor" (overload "" is written "aten::relu") */
   tpuc_lower_fn fn;
+  /* Bit i: Scalar argument i is a compile-time constant when its value is a
+   * small special one (tpuc_scalar_is_static): the lowering sees a splat it
+   * can specialise on (x ** 2 -> x * x). Other values stay runtime values. */
+  unsigned static_scalars;
 } tpuc_lowering;
+
+/* True when argument i of `c` is a Scalar baked into the program. */
+bool tpuc_scalar_is_static(const tpuc_op_call *c, int i);
 
 /* One table per family (lower/<family>.c). registry.c lists them. */
 extern const tpuc_lowering tpuc_lowerings_elementwise[];

@@ -56,4 +56,16 @@ const char *tpuc_op_name(tpuc_runtime *rt, int i) {
 
 const char *tpuc_op_name_of(const tpuc_op *op) { return ((const tpuc_lowering *)op)->name; }
 
+bool tpuc_scalar_is_static(const tpuc_op_call *c, int i) {
+  const tpuc_lowering *l = (const tpuc_lowering *)c->op;
+  if (i >= 32 || !(l->static_scalars >> i & 1u)) return false;
+  const tpuc_arg *a = &c->args[i];
+  if (a->kind != TPUC_ARG_SCALAR || a->scalar.kind == TPUC_SCALAR_COMPLEX) return false;
+  /* the exponents PyTorch's own kernels special-case; others stay runtime */
+  static const double special[] = {-2, -1, -0.5, 0, 0.5, 1, 2, 3};
+  for (size_t k = 0; k < sizeof special / sizeof special[0]; k++)
+    if (a->scalar.re == special[k]) return true;
+  return false;
+}
+
 tpuc_lower_fn tpuc_op_lowering(const tpuc_op *op) { return ((const tpuc_lowering *)op)->fn; }

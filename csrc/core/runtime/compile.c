@@ -15,12 +15,10 @@
  * xla.CompileOptionsProto, hand-encoded (protobuf wire format):
  *   field 3 executable_build_options { field 4 num_replicas, 5 num_partitions }
  *   field 4 compile_portable_executable
- *   field 7 env_option_overrides (map<string, OptionOverrideProto>): one
- *     entry { 1: key, 2: { 1: string value } } naming an XLA debug option
  * A portable executable is not bound to a device: tpuc picks the device at
  * execution time, so one executable serves every device of the client. */
 typedef struct {
-  unsigned char bytes[256];
+  unsigned char bytes[64];
   size_t len;
 } proto_buf;
 
@@ -34,17 +32,7 @@ static void put_varint(proto_buf *b, uint64_t v) {
 
 static void put_key(proto_buf *b, unsigned field, unsigned wire) { put_varint(b, field << 3 | wire); }
 
-static void put_bytes(proto_buf *b, unsigned field, const void *p, size_t n) {
-  put_key(b, field, 2);
-  put_varint(b, n);
-  if (b->len + n <= sizeof b->bytes) {
-    memcpy(b->bytes + b->len, p, n);
-    b->len += n;
-  }
-}
-
-static void encode_compile_options(proto_buf *out, int replicas, int partitions, bool portable,
-                                   const char *okey, const char *ovalue) {
+static void encode_compile_options(proto_buf *out, int replicas, int partitions, bool portable) {
   proto_buf build = {{0}, 0};
   put_key(&build, 4, 0);
   put_varint(&build, (uint64_t)replicas);
@@ -59,13 +47,6 @@ static void encode_compile_options(proto_buf *out, int replicas, int partitions,
   put_varint(out, build.len);
   memcpy(out->bytes + out->len, build.bytes, build.len);
   out->len += build.len;
-  if (okey && ovalue) {
-    proto_buf value = {{0}, 0}, entry = {{0}, 0};
-    put_bytes(&value, 1, ovalue, strlen(ovalue));
-    put_bytes(&entry, 1, okey, strlen(okey));
-    put_bytes(&entry, 2, value.bytes, value.len);
-    put_bytes(out, 7, entry.bytes, entry.len);
-  }
 }
 
 /* ---- hashing ---- */
@@ -300,7 +281,7 @@ tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *text, size_t len, tpuc_e
   if (!text || !len)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tpuc_compile: empty program");
   proto_buf opts;
-  encode_compile_options(&opts, 1, 1, true, rt->override_key, rt->override_value);
+  encode_compile_options(&opts, 1, 1, true);
   uint64_t key = program_key(rt, text, len, &opts);
 
   pthread_mutex_lock(&rt->cache_lock);

@@ -4,7 +4,7 @@
  * compiled.
  *
  * A file is named by the SHA-256 of (program text, compile options, platform
- * name and version, PJRT API version) and holds a header (magic, that key,
+ * name and version, PJRT API version, $XLA_FLAGS) and holds a header (magic, that key,
  * payload length, payload checksum) followed by the plugin's serialized
  * executable. Writes go to a temporary file that is renamed into place, so
  * readers in other processes see a whole file or none. A file that fails any
@@ -73,6 +73,10 @@ void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const v
   tpuc_sha256_update(&s, rt->platform_version, strlen(rt->platform_version) + 1);
   int v[2] = {rt->plugin.api_major, rt->plugin.api_minor};
   tpuc_sha256_update(&s, v, sizeof v);
+  /* XLA's plugins read their debug options from XLA_FLAGS: programs compiled
+   * under other flags are other programs */
+  const char *flags = getenv("XLA_FLAGS");
+  if (flags) tpuc_sha256_update(&s, flags, strlen(flags) + 1);
   tpuc_sha256_final(&s, key);
 }
 

@@ -63,9 +63,7 @@ struct tpuc_runtime {
   pj_client *client;
   char *platform_name;
   char *platform_version;
-  /* one XLA debug option set in every compile (key, value; NULL: none) */
-  const char *override_key, *override_value;
-  char override_text[128]; /* "key=value" for tpuc info */
+  atomic_bool donate; /* donate buffers to programs that alias them (TPUC_DONATE=0: never) */
   int64_t xla_version;
   int64_t shlo_current[3], shlo_minimum[3];
   int device_count;

@@ -144,27 +144,6 @@ static int env_int(const char *name, int dflt) {
   return (*end || n <= 0 || n > 4096) ? dflt : (int)n;
 }
 
-/* An XLA debug option for every compile on the XLA CPU plugin, chosen by
- * TPUC_XLA_CPU_DOT: "onednn" or "ynnpack" hand dots to that library (XLA's
- * experimental library fusions), "xla" or unset keeps XLA's own emitter.
- * The option is part of the compile options, hence of every cache key.
- * Other platforms get no override. */
-static void choose_compile_overrides(tpuc_runtime *rt) {
-  rt->override_key = rt->override_value = NULL;
-  rt->override_text[0] = 0;
-  if (strcmp(rt->platform_name, "cpu") != 0) return;
-  const char *lib = getenv("TPUC_XLA_CPU_DOT");
-  if (lib && !strcmp(lib, "onednn"))
-    rt->override_key = "xla_cpu_experimental_onednn_fusion_type";
-  else if (lib && !strcmp(lib, "ynnpack"))
-    rt->override_key = "xla_cpu_experimental_ynn_fusion_type";
-  else
-    return; /* "xla": XLA's own code */
-  rt->override_value = "LIBRARY_FUSION_TYPE_DOT";
-  snprintf(rt->override_text, sizeof rt->override_text, "%s=%s", rt->override_key,
-           rt->override_value);
-}
-
 tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime **out) {
   *out = NULL;
   const char *path = opts && opts->plugin_path ? opts->plugin_path : getenv("TPUC_PJRT_PLUGIN");
@@ -191,7 +170,8 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
     return s;
   }
   read_attributes(rt);
-  choose_compile_overrides(rt);
+  const char *dn = getenv("TPUC_DONATE");
+  atomic_init(&rt->donate, !(dn && !strcmp(dn, "0")));
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   *out = rt;
   return NULL;
@@ -230,6 +210,8 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   free(rt);
 }
 
+void tpuc_set_donation(tpuc_runtime *rt, bool on) { atomic_store(&rt->donate, on); }
+
 void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out) {
   memset(out, 0, sizeof *out);
   out->plugin_path = rt->plugin.path;
@@ -241,7 +223,6 @@ void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out) {
   memcpy(out->stablehlo_current, rt->shlo_current, sizeof out->stablehlo_current);
   memcpy(out->stablehlo_minimum, rt->shlo_minimum, sizeof out->stablehlo_minimum);
   out->device_count = rt->device_count;
-  out->compile_overrides = rt->override_text;
 }
 
 static tpuc_status *check_device(const tpuc_runtime *rt, int device) {
