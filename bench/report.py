@@ -165,11 +165,38 @@ def write(root: str, machine: dict, quick: bool) -> str:
         r = res["memory"]
         L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
         if r.get("rows"):
-            L += ["| step | peak MB | params+grads+state MB | ratio |", "|---|---|---|---|"]
-            L += [f"| {row['step']} | {row['peak_bytes'] / 1e6:.2f} | "
-                  f"{row['params_grads_state_bytes'] / 1e6:.2f} | {row['ratio']:.2f} |"
+            L += ["| contender | peak MB | params+grads+state MB | other MB | ratio |",
+                  "|---|---|---|---|---|"]
+            L += [f"| {row['contender']} | {row['peak_bytes'] / 1e6:.1f} | "
+                  f"{row['params_grads_state_bytes'] / 1e6:.1f} | "
+                  f"{row['other_bytes'] / 1e6:.1f} | {row['ratio']:.2f} |"
                   for row in r["rows"]]
             L.append("")
+    if "op_profile" in res:
+        r = res["op_profile"]
+        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
+        if r.get("rows"):
+            L += [f"Batch {r.get('batch')} x {r.get('seq')}; all ops: tpu "
+                  f"{r['total_tpu_ms']:.1f} ms, cpu {r['total_cpu_ms']:.1f} ms per step.", "",
+                  "| op | calls | tpu ms | cpu ms | share of tpu time |", "|---|---|---|---|---|"]
+            L += [f"| `{row['op']}` | {row['calls']:.0f} | {row['tpu_ms']:.1f} | "
+                  f"{row['cpu_ms']:.1f} | {100 * row['tpu_share']:.0f}% |" for row in r["rows"]]
+            L.append("")
+            mm = next((row for row in r["rows"] if row["op"] == "mm.default"), None)
+            ts = res.get("train_step", {}).get("rows", [])
+            strict = next((row for row in ts if row.get("model") == "5M"
+                           and row.get("contender") == "tpu strict" and "step_s" in row), None)
+            if mm and strict and not r.get("quick"):
+                floor = mm["tpu_ms"] / 1e3
+                L += [f"Reading this with the train-step table: the matrix products alone take "
+                      f"{mm['tpu_ms']:.0f} ms of device time per 5M step on this plugin (the "
+                      f"CPU's own kernels: {mm['cpu_ms']:.0f} ms). Fusion and whole-step "
+                      f"compilation remove launches and memory passes, not these: even a program "
+                      f"that made every other op free would run a step in no less than "
+                      f"{floor:.3f} s, {strict['step_s']['median_s'] / floor:.2f}x strict's "
+                      f"{strict['step_s']['median_s']:.3f} s. On the XLA CPU plugin the ceiling "
+                      f"for fused and compiled execution is set by XLA's matmuls, not by tpuc's "
+                      f"dispatch.", ""]
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]
