@@ -194,6 +194,7 @@ void check_same_device(const OpInfo& info, const torch::jit::Stack& stack, size_
 
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = info_for(op);
+  expand_bool_indices(op, stack);  // dynamic.cpp: x[mask] through nonzero
   check_same_device(info, *stack, op.schema().arguments().size());
   std::string why;
   if (!info.native) {

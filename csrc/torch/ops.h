@@ -51,6 +51,10 @@ struct OpInfo {
 // device's default one), or an undefined generator for another device's.
 at::Generator tpu_generator(const c10::IValue& v, c10::DeviceIndex device);
 
+// dynamic.cpp: bool/uint8 masks in an index op's `indices` become long
+// indices (through the device's nonzero), in place on the stack.
+void expand_bool_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // The core's description of a tpu tensor; false when it cannot take it.
 bool describe(const at::Tensor& t, tpuc_tensor* out);
 
