@@ -30,6 +30,18 @@ def compiled_available() -> bool:
         return False
 
 
+def train_step_fn(model, opt, x, y):
+    """The example model's training step: forward, zero_grad, backward, step."""
+    def step():
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
 def sync(device: str) -> None:
     if device.startswith("tpu"):
         torch.tpu.synchronize()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import compiled_available, eager_mode, fused_available, tpu_available
+from .common import compiled_available, eager_mode, fused_available, tpu_available, train_step_fn
 
 COMMAND = "make bench BENCH_CASES=memory"
 
@@ -20,13 +20,7 @@ def _measure(cfg, contender: str, steps: int) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=compiled)
     x = torch.randint(0, cfg.vocab_size, (8, 128)).to("tpu")
 
-    def step() -> torch.Tensor:
-        _, loss = model(x, x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = train_step_fn(model, opt, x, x)
     if compiled:
         step = torch.compile(step, backend="tpu")
     _C._set_donation("no donation" not in contender)

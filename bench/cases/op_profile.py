@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .common import eager_mode, tpu_available
+from .common import eager_mode, tpu_available, train_step_fn
 
 COMMAND = "make bench BENCH_CASES=op_profile"
 
@@ -35,13 +35,7 @@ def _profile(cfg, device: str, batch: int, seq: int, steps: int) -> dict[str, li
             rec[1] += 1
             return out
 
-    def step() -> torch.Tensor:
-        _, loss = model(x, x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = train_step_fn(model, opt, x, x)
     for _ in range(3):  # warm-up: compiles, optimizer state, steady signatures
         step().item()
     with Timer():

@@ -5,7 +5,8 @@ import time
 
 import torch
 
-from .common import compiled_available, eager_mode, fused_available, machine_peak, tpu_available
+from .common import (compiled_available, eager_mode, fused_available, machine_peak,
+                     tpu_available, train_step_fn)
 
 COMMAND = "make bench BENCH_CASES=train_step"
 
@@ -20,17 +21,6 @@ def configs(quick: bool) -> dict:
     return {"5M": small} if quick else {"5M": small, "50M": large}
 
 
-def _step_fn(model, opt, x, y, device: str):
-    def step():
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
-
-
 def _measure(cfg, contender: str, batch: int, seq: int, steps: int, warmup: int) -> dict:
     from llama import Llama
 
@@ -43,7 +33,7 @@ def _measure(cfg, contender: str, batch: int, seq: int, steps: int, warmup: int)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
     y = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
-    step = _step_fn(model, opt, x, y, device)
+    step = train_step_fn(model, opt, x, y)
     if contender == "cpu inductor":
         step = torch.compile(step)
     if contender == "tpu compiled":

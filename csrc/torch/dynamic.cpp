@@ -1,5 +1,5 @@
 // dynamic.cpp — ops whose result size depends on the data (nonzero,
-// masked_select), built from ops the device runs: the number of selected
+// masked_select, repeat_interleave without output_size), built from ops the device runs: the number of selected
 // elements is read back (one host sync, as on CUDA), and the positions come
 // from a stable sort that moves the selected elements to the front in order.
 // Boolean indexing (x[mask]) goes through nonzero, so it stays on the device.
@@ -48,10 +48,30 @@ at::Tensor masked_select_tpu(const at::Tensor& self, const at::Tensor& mask) {
 
 }  // namespace
 
+namespace {
+
+// repeat_interleave(repeats) without output_size: its size is the sum of the
+// repeats, read back once, so that the op (and its Meta kernel) can run.
+void fill_repeat_interleave_size(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  if (schema.name() != "aten::repeat_interleave" || schema.overload_name() != "Tensor") return;
+  const auto& args = schema.arguments();
+  size_t begin = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); i++) {
+    if (args[i].name() != "output_size" || !(*stack)[begin + i].isNone()) continue;
+    const c10::IValue& r = (*stack)[begin];
+    if (r.isTensor() && r.toTensor().dim() == 1)
+      (*stack)[begin + i] = c10::IValue(r.toTensor().sum().item<int64_t>());
+  }
+}
+
+}  // namespace
+
 // Boolean (or uint8) masks among an index op's `indices` become the long
 // indices of their true elements, one per mask dimension, as PyTorch's
 // expandTensors does — so x[mask] and x[mask] = v run on the device.
 void expand_bool_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fill_repeat_interleave_size(op, stack);
   const auto& args = op.schema().arguments();
   size_t begin = stack->size() - args.size();
   for (size_t i = 0; i < args.size(); i++) {

@@ -52,7 +52,8 @@ struct OpInfo {
 at::Generator tpu_generator(const c10::IValue& v, c10::DeviceIndex device);
 
 // dynamic.cpp: bool/uint8 masks in an index op's `indices` become long
-// indices (through the device's nonzero), in place on the stack.
+// indices (through the device's nonzero), and repeat_interleave gets its
+// output_size (the repeats' sum), in place on the stack.
 void expand_bool_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // The core's description of a tpu tensor; false when it cannot take it.

@@ -65,6 +65,12 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("logit", "float16"): _ulp("float16", 0.002, _R16 + "|diff| 0.00195 (1 ulp) at -2.66; error vs f64 tpu 0.00088, CPU 0.00115"),
     ("nn.functional.mse_loss", "float16"): _ulp("float16", 0.0313, _R16 + "|diff| 0.031 at 24.2 (CPU rounds the difference before squaring); error vs f64 tpu 0.0079, CPU 0.027"),
     ("special.ndtr", "float16"): _ulp("float16", 0.0005, _R16 + "|diff| 0.00049 (1 ulp) at 0.78; error vs f64 0.00045 on both sides"),
+    ("nn.functional.interpolate.linear", "bfloat16"): _ulp("bfloat16", 0.0313, _R16 + "the CPU is the less accurate side: |diff| 0.031 (1 ulp) at -4.46; error vs f64 tpu 0.0094, CPU 0.027"),
+    ("nn.functional.interpolate.linear", "float16"): _ulp("float16", 0.004, _R16 + "the CPU is the less accurate side: |diff| 0.0039 (1 ulp) at -5.73; error vs f64 tpu 0.0016, CPU 0.0035"),
+    ("nn.functional.interpolate.trilinear", "bfloat16"): _ulp("bfloat16", 0.0313, _R16 + "the CPU is the less accurate side: |diff| 0.031 (1 ulp) at -4.84; error vs f64 tpu 0.025, CPU 0.036"),
+    ("nn.functional.interpolate.trilinear", "float16"): _ulp("float16", 0.0079, _R16 + "the CPU is the less accurate side: |diff| 0.0078 (1 ulp) at 8.12; error vs f64 tpu 0.0039, CPU 0.0050"),
+    ("nn.functional.upsample_bilinear", "bfloat16"): _ulp("bfloat16", 0.0625, _R16 + "the CPU is the less accurate side: |diff| 0.0625 (1 ulp) at -8.04; error vs f64 tpu 0.031, CPU 0.068"),
+    ("nn.functional.upsample_bilinear", "float16"): _ulp("float16", 0.0079, _R16 + "the CPU is the less accurate side: |diff| 0.0078 (1 ulp) at 8.03; error vs f64 tpu 0.0041, CPU 0.0087"),
     ("nn.functional.scaled_dot_product_attention", "float32"): _ulp("float32", 2e-5, "CPU's math attention backward is the less accurate side: |diff| 1.2e-5 at 0.004; error vs f64 tpu 1.3e-6, CPU 1.2e-5", ("grad",)),
 }
 

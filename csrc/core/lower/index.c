@@ -9,74 +9,6 @@
 
 /* ---- building blocks ---- */
 
-/* x indexed along `dim` by idx of any shape (s64, wrapped):
- * x.dims[:dim] + idx.shape + x.dims[dim+1:]. */
-static tv take_dim(ir_graph *g, tv x, int dim, tv idx) {
-  ir_type xt = ir_type_of(g, x), it = ir_type_of(g, idx);
-  if (it.ndim + xt.ndim > TPUC_MAX_DIMS) {
-    ir_fail(g, "index: result rank too large");
-    return IR_NONE;
-  }
-  ir_gather_dims d;
-  memset(&d, 0, sizeof d);
-  ir_type rt = ir_make_type(xt.dtype, 0, NULL);
-  for (int i = 0; i < dim; i++) rt.dims[rt.ndim++] = xt.dims[i];
-  for (int i = 0; i < it.ndim; i++) rt.dims[rt.ndim++] = it.dims[i];
-  for (int i = dim + 1; i < xt.ndim; i++) rt.dims[rt.ndim++] = xt.dims[i];
-  for (int i = 0; i < xt.ndim; i++) {
-    d.slice_sizes[i] = i == dim ? 1 : xt.dims[i];
-    if (i != dim) d.offset_dims[d.n_offset_dims++] = i < dim ? i : i - 1 + it.ndim;
-  }
-  d.collapsed_slice_dims[d.n_collapsed++] = dim;
-  d.start_index_map[d.n_start_index_map++] = dim;
-  d.index_vector_dim = it.ndim;
-  return ir_gather(g, x, idx, &d, rt);
-}
-
-/* Adds/replaces slices of x along `dim`: upd has x's shape with n at dim,
- * idx is [n] (s64). */
-static tv put_dim(ir_graph *g, tv x, int dim, tv idx, tv upd, ir_reducer combine) {
-  ir_type xt = ir_type_of(g, x);
-  int64_t n = ir_type_of(g, idx).dims[0], two[2] = {n, 1};
-  ir_scatter_dims d;
-  memset(&d, 0, sizeof d);
-  for (int i = 0; i < xt.ndim; i++)
-    if (i != dim) d.update_window_dims[d.n_update_window_dims++] = i;
-  d.inserted_window_dims[d.n_inserted++] = dim;
-  d.scatter_dims_to_operand_dims[d.n_scatter_dims++] = dim;
-  d.index_vector_dim = 1;
-  return ir_scatter(g, x, ir_reshape(g, idx, 2, two), upd, &d, combine);
-}
-
-/* Full coordinates for element-wise gather/scatter along `dim`: [I..., r]
- * where component `dim` is idx and the others are positions in idx. */
-static tv elem_coords(ir_graph *g, int dim, tv idx, int r) {
-  ir_type it = ir_type_of(g, idx);
-  int64_t dims[TPUC_MAX_DIMS];
-  memcpy(dims, it.dims, sizeof dims);
-  dims[it.ndim] = 1;
-  tv parts[TPUC_MAX_DIMS];
-  for (int i = 0; i < r; i++) {
-    tv c = i == dim ? idx : ir_iota(g, it, i);
-    parts[i] = ir_reshape(g, c, it.ndim + 1, dims);
-  }
-  return ir_concat(g, parts, r, it.ndim);
-}
-
-/* torch.gather: out[i...] = x[..., idx[i...], ...] (idx same rank as x). */
-static tv gather_elems(ir_graph *g, tv x, int dim, tv idx) {
-  ir_type xt = ir_type_of(g, x), it = ir_type_of(g, idx);
-  int r = xt.ndim;
-  ir_gather_dims d;
-  memset(&d, 0, sizeof d);
-  for (int i = 0; i < r; i++) {
-    d.collapsed_slice_dims[d.n_collapsed++] = i;
-    d.start_index_map[d.n_start_index_map++] = i;
-    d.slice_sizes[i] = 1;
-  }
-  d.index_vector_dim = it.ndim;
-  return ir_gather(g, x, elem_coords(g, dim, idx, r), &d, ir_with_dtype(it, xt.dtype));
-}
 
 /* torch.scatter: x[..., idx[i...], ...] (op)= upd[i...] (upd of idx's shape). */
 static tv scatter_elems(ir_graph *g, tv x, int dim, tv idx, tv upd, ir_reducer combine) {
@@ -88,7 +20,7 @@ static tv scatter_elems(ir_graph *g, tv x, int dim, tv idx, tv upd, ir_reducer c
     d.scatter_dims_to_operand_dims[d.n_scatter_dims++] = i;
   }
   d.index_vector_dim = lo_rank(g, idx);
-  return ir_scatter(g, x, elem_coords(g, dim, idx, r), upd, &d, combine);
+  return ir_scatter(g, x, lo_elem_coords(g, dim, idx, r), upd, &d, combine);
 }
 
 /* A rank-0 x as [1] (PyTorch treats 0-d as 1-element along dim 0). */
@@ -112,7 +44,7 @@ static tpuc_status *l_index_select(tpuc_lower_ctx *cx) {
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
   tv idx = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
-  cx->results[0] = lo_out(g, ir_reshape(g, take_dim(g, x, dim, idx), ot.ndim, ot.dims), ot);
+  cx->results[0] = lo_out(g, ir_reshape(g, lo_take_dim(g, x, dim, idx), ot.ndim, ot.dims), ot);
   return NULL;
 }
 
@@ -128,7 +60,7 @@ static tpuc_status *l_gather(tpuc_lower_ctx *cx) {
     cx->results[0] = ir_splat(g, ot, 0.0);
     return NULL;
   }
-  cx->results[0] = lo_out(g, ir_reshape(g, gather_elems(g, x, dim, idx), ot.ndim, ot.dims), ot);
+  cx->results[0] = lo_out(g, ir_reshape(g, lo_take_along(g, x, dim, idx), ot.ndim, ot.dims), ot);
   return NULL;
 }
 
@@ -145,7 +77,7 @@ static tpuc_status *l_take(tpuc_lower_ctx *cx) {
   int64_t n = ir_numel(&xt);
   x = ir_reshape(g, x, 1, &n);
   tv idx = lo_wrap_index(g, lx_tensor(cx, 1), n);
-  cx->results[0] = lo_out(g, take_dim(g, x, 0, idx), ot);
+  cx->results[0] = lo_out(g, lo_take_dim(g, x, 0, idx), ot);
   return NULL;
 }
 
@@ -155,7 +87,7 @@ static tpuc_status *l_embedding(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tv w = lx_tensor(cx, 0);
   tv idx = lo_wrap_index(g, lx_tensor(cx, 1), ir_type_of(g, w).dims[0]);
-  cx->results[0] = lo_out(g, take_dim(g, w, 0, idx), ot);
+  cx->results[0] = lo_out(g, lo_take_dim(g, w, 0, idx), ot);
   return NULL;
 }
 
@@ -180,11 +112,11 @@ static tpuc_status *l_embedding_backward(tpuc_lower_ctx *cx) {
   }
   if (lx_bool(cx, 4, false)) { /* scale_grad_by_freq */
     tv ones = ir_splat(g, ir_make_type(cd, 1, &n), 1.0);
-    tv counts = put_dim(g, ir_splat(g, ir_make_type(cd, 1, &nw), 0.0), 0, idx, ones, IR_RED_SUM);
-    tv per_row = take_dim(g, counts, 0, idx);
+    tv counts = lo_put_dim(g, ir_splat(g, ir_make_type(cd, 1, &nw), 0.0), 0, idx, ones, IR_RED_SUM);
+    tv per_row = lo_take_dim(g, counts, 0, idx);
     gr = lo_bin(g, IR_DIV, gr, ir_reshape(g, per_row, 2, (int64_t[2]){n, 1}));
   }
-  tv acc = put_dim(g, ir_splat(g, ir_with_dtype(ot, cd), 0.0), 0, idx, gr, IR_RED_SUM);
+  tv acc = lo_put_dim(g, ir_splat(g, ir_with_dtype(ot, cd), 0.0), 0, idx, gr, IR_RED_SUM);
   cx->results[0] = lo_out(g, acc, ot);
   return NULL;
 }
@@ -299,7 +231,7 @@ static tpuc_status *lower_index_add(tpuc_lower_ctx *cx, bool copy) {
   src = ir_reshape(g, src, st.ndim, st.dims);
   tv alpha = copy ? IR_NONE : lx_scalar(cx, 4, ot.dtype);
   if (alpha != IR_NONE) src = lo_bin(g, IR_MUL, src, alpha);
-  tv y = put_dim(g, x, dim, idx, src, copy ? IR_SCATTER_REPLACE : IR_RED_SUM);
+  tv y = lo_put_dim(g, x, dim, idx, src, copy ? IR_SCATTER_REPLACE : IR_RED_SUM);
   cx->results[0] = ir_reshape(g, y, ot.ndim, ot.dims);
   return NULL;
 }
@@ -318,7 +250,7 @@ static tpuc_status *l_index_fill(tpuc_lower_ctx *cx) {
   tv v = a3 && a3->kind == TPUC_ARG_SCALAR ? lx_scalar(cx, 3, ot.dtype)
                                            : ir_convert(g, lx_tensor(cx, 3), ot.dtype);
   int64_t n = xt.dims[dim], k = ir_type_of(g, idx).dims[0];
-  tv hit = put_dim(g, ir_splat(g, ir_make_type(TPUC_PRED, 1, &n), 0.0), 0, idx,
+  tv hit = lo_put_dim(g, ir_splat(g, ir_make_type(TPUC_PRED, 1, &n), 0.0), 0, idx,
                    ir_splat(g, ir_make_type(TPUC_PRED, 1, &k), 1.0), IR_SCATTER_REPLACE);
   int64_t bd = dim;
   tv mask = ir_broadcast_in_dim(g, hit, ir_with_dtype(xt, TPUC_PRED), &bd);
@@ -358,10 +290,10 @@ static tv masked_put_rows(ir_graph *g, tv x2, tv mask, tv rows, ir_reducer combi
   ir_type mt = ir_make_type(TPUC_S64, 1, &m);
   tv r = ir_iota(g, mt, 0);
   tv src_row = ir_binary(g, IR_MIN, r, ir_splat_i64(g, mt, rt.dims[0] - 1));
-  tv upd = take_dim(g, rows, 0, src_row);
+  tv upd = lo_take_dim(g, rows, 0, src_row);
   tv cnt = lx_broadcast_to(g, mask_count(g, mask), 1, &m);
   tv target = ir_select(g, ir_compare(g, IR_LT, r, cnt), mask_order(g, mask), ir_splat_i64(g, mt, m));
-  return put_dim(g, x2, 0, target, upd, combine);
+  return lo_put_dim(g, x2, 0, target, upd, combine);
 }
 
 /* masked_scatter(self, mask, source): the true positions of mask
@@ -660,7 +592,7 @@ static tpuc_status *l_put(tpuc_lower_ctx *cx) {
   idx = ir_reshape(g, idx, 1, &k);
   tv src = ir_reshape(g, ir_convert(g, lx_tensor(cx, 2), ot.dtype), 1, &k);
   ir_reducer c = lx_bool(cx, 3, false) ? IR_RED_SUM : IR_SCATTER_REPLACE;
-  cx->results[0] = ir_reshape(g, put_dim(g, x, 0, idx, src, c), ot.ndim, ot.dims);
+  cx->results[0] = ir_reshape(g, lo_put_dim(g, x, 0, idx, src, c), ot.ndim, ot.dims);
   return NULL;
 }
 

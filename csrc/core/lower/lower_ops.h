@@ -185,4 +185,16 @@ static inline tv lo_rng_state(const tpuc_lower_ctx *cx) {
   return IR_NONE;
 }
 
+/* gather.c: x indexed along `dim` by idx of any shape (s64, in range):
+ * x.dims[:dim] + idx.shape + x.dims[dim+1:]. */
+tv lo_take_dim(ir_graph *g, tv x, int dim, tv idx);
+/* Slices of upd (x's shape with n at dim) combined into x's slices idx[k]
+ * (idx [n], s64) with `combine` (IR_SCATTER_REPLACE or a reducer). */
+tv lo_put_dim(ir_graph *g, tv x, int dim, tv idx, tv upd, ir_reducer combine);
+/* Full coordinates [I..., r] for element-wise gather/scatter along `dim`:
+ * component `dim` is idx, the others are positions in idx. */
+tv lo_elem_coords(ir_graph *g, int dim, tv idx, int r);
+/* torch.gather: out[i...] = x[..., idx[i...], ...] (idx of x's rank). */
+tv lo_take_along(ir_graph *g, tv x, int dim, tv idx);
+
 #endif /* TPUC_LOWER_OPS_H */

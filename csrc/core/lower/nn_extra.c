@@ -33,23 +33,6 @@ static tv ex_sum_to(ir_graph *g, tv x, ir_type t) {
   return lo_fit(g, x, t);
 }
 
-/* x indexed along `dim` by the s64 vector idx ([n]): dim's size becomes n. */
-static tv up_take_ex(ir_graph *g, tv x, int dim, tv idx) {
-  ir_type xt = ir_type_of(g, x);
-  int64_t n = ir_type_of(g, idx).dims[0], two[2] = {n, 1};
-  ir_gather_dims d;
-  memset(&d, 0, sizeof d);
-  for (int i = 0; i < xt.ndim; i++) {
-    d.slice_sizes[i] = i == dim ? 1 : xt.dims[i];
-    if (i != dim) d.offset_dims[d.n_offset_dims++] = i;
-  }
-  d.collapsed_slice_dims[d.n_collapsed++] = dim;
-  d.start_index_map[d.n_start_index_map++] = dim;
-  d.index_vector_dim = 1;
-  ir_type rt = xt;
-  rt.dims[dim] = n;
-  return ir_gather(g, x, ir_reshape(g, idx, 2, two), &d, rt);
-}
 
 /* ---- glu ---- */
 
@@ -234,7 +217,7 @@ static bool window_max(ir_graph *g, tv x, int n, const win_axis *ax, tv *vals, t
         ok[o * a->K + k] = k < a->kn[o] && p >= 0 && p < a->size;
         pos[o * a->K + k] = p < 0 ? 0 : p >= a->size ? a->size - 1 : p;
       }
-    v = up_take_ex(g, v, 1 + d, ex_i64s(g, pos, m));
+    v = lo_take_dim(g, v, 1 + d, ex_i64s(g, pos, m));
     int64_t two[2] = {a->out, a->K};
     tv okv = ir_reshape(g, ir_compare(g, IR_NE, ex_i64s(g, ok, m), ir_splat_i64(g, ir_make_type(TPUC_S64, 1, &m), 0)), 2, two);
     free(pos);
@@ -799,6 +782,11 @@ static tpuc_status *l_searchsorted(tpuc_lower_ctx *cx) {
   bool right = lx_bool(cx, 3, false);
   const tpuc_arg *side = lx_arg(cx, 4);
   if (side && side->kind == TPUC_ARG_STRING) right = strcmp(side->s, "right") == 0;
+  /* nothing to search (an empty sequence: every position is 0) */
+  if (ir_numel(&ot) == 0 || st.dims[st.ndim - 1] == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
   if (!lx_is_none(cx, 5)) {
     if (st.ndim != 1) return lx_unimplemented(cx, "searchsorted sorter of a batched sequence");
     int64_t m = st.dims[0];
@@ -812,10 +800,7 @@ static tpuc_status *l_searchsorted(tpuc_lower_ctx *cx) {
     tv s = ir_reshape(g, lo_wrap_index(g, lx_tensor(cx, 5), m), 2, two);
     seq = ir_gather(g, seq, s, &d, st);
   }
-  if (ir_numel(&ot) == 0 || st.dims[st.ndim - 1] == 0) {
-    cx->results[0] = ir_splat(g, ot, 0.0);
-    return NULL;
-  }
+
   cx->results[0] = lo_fit(g, count_before(g, seq, v, right), ot);
   return NULL;
 }

@@ -17,30 +17,6 @@
 #include "elementwise.h"
 #include "lower_ops.h"
 
-/* out[...] = x[..., idx[...], ...] along `dim` (idx: x's rank, s64). */
-static tv take_along(ir_graph *g, tv x, int dim, tv idx) {
-  ir_type xt = ir_type_of(g, x), it = ir_type_of(g, idx);
-  int r = xt.ndim;
-  if (r + 1 > TPUC_MAX_DIMS) {
-    ir_fail(g, "sort: rank %d too large to gather", r);
-    return IR_NONE;
-  }
-  int64_t cd[TPUC_MAX_DIMS];
-  memcpy(cd, it.dims, sizeof cd);
-  cd[r] = 1;
-  tv parts[TPUC_MAX_DIMS];
-  for (int i = 0; i < r; i++)
-    parts[i] = ir_reshape(g, i == dim ? idx : ir_iota(g, it, i), r + 1, cd);
-  ir_gather_dims d;
-  memset(&d, 0, sizeof d);
-  for (int i = 0; i < r; i++) {
-    d.collapsed_slice_dims[d.n_collapsed++] = i;
-    d.start_index_map[d.n_start_index_map++] = i;
-    d.slice_sizes[i] = 1;
-  }
-  d.index_vector_dim = r;
-  return ir_gather(g, x, ir_concat(g, parts, r, r), &d, ir_with_dtype(it, xt.dtype));
-}
 
 /* The key PyTorch's order sorts by (see the header); bool as u8. */
 static tv sort_key(ir_graph *g, tv x) {
@@ -58,7 +34,7 @@ static void sort_along(ir_graph *g, tv x, int dim, bool desc, tv *values, tv *in
   tv sorted;
   ir_sort(g, sort_key(g, x), dim, desc, &sorted, indices);
   if (ir_is_float(d))
-    *values = take_along(g, x, dim, *indices);
+    *values = lo_take_along(g, x, dim, *indices);
   else if (d == TPUC_PRED)
     *values = ir_compare(g, IR_NE, sorted, ew_splat(g, sorted, 0.0));
   else
@@ -226,7 +202,7 @@ static tpuc_status *cum_extreme(tpuc_lower_ctx *cx, bool is_max) {
   tv idx = prefix_scan(g, ir_select(g, mark, pos, ir_splat(g, it, -1.0)), dim, c_max,
                        lo_const(g, TPUC_S64, -1.0));
   /* the CPU's value is x[idx] itself (its sign of zero, its NaN) */
-  cx->results[0] = lo_fit(g, take_along(g, x, dim, idx), lx_out(cx, 0));
+  cx->results[0] = lo_fit(g, lo_take_along(g, x, dim, idx), lx_out(cx, 0));
   cx->results[1] = lo_fit(g, idx, lx_out(cx, 1));
   return NULL;
 }

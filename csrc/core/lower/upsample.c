@@ -9,39 +9,7 @@
 
 typedef enum { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR } up_mode;
 
-/* x indexed along `dim` by the s64 vector idx ([n]): dim's size becomes n. */
-static tv up_take(ir_graph *g, tv x, int dim, tv idx) {
-  ir_type xt = ir_type_of(g, x);
-  int64_t n = ir_type_of(g, idx).dims[0], two[2] = {n, 1};
-  ir_gather_dims d;
-  memset(&d, 0, sizeof d);
-  for (int i = 0; i < xt.ndim; i++) {
-    d.slice_sizes[i] = i == dim ? 1 : xt.dims[i];
-    if (i != dim) d.offset_dims[d.n_offset_dims++] = i;
-  }
-  d.collapsed_slice_dims[d.n_collapsed++] = dim;
-  d.start_index_map[d.n_start_index_map++] = dim;
-  d.index_vector_dim = 1;
-  ir_type rt = xt;
-  rt.dims[dim] = n;
-  /* indices [n, 1]: the batch dim of the gather lands at `dim` */
-  tv r = ir_gather(g, x, ir_reshape(g, idx, 2, two), &d, rt);
-  return r;
-}
 
-/* The sum of slices of upd (x's shape but n at dim) into x's slices idx[k]. */
-static tv up_put_add(ir_graph *g, tv x, int dim, tv idx, tv upd) {
-  ir_type xt = ir_type_of(g, x);
-  int64_t n = ir_type_of(g, idx).dims[0], two[2] = {n, 1};
-  ir_scatter_dims d;
-  memset(&d, 0, sizeof d);
-  for (int i = 0; i < xt.ndim; i++)
-    if (i != dim) d.update_window_dims[d.n_update_window_dims++] = i;
-  d.inserted_window_dims[d.n_inserted++] = dim;
-  d.scatter_dims_to_operand_dims[d.n_scatter_dims++] = dim;
-  d.index_vector_dim = 1;
-  return ir_scatter(g, x, ir_reshape(g, idx, 2, two), upd, &d, IR_RED_SUM);
-}
 
 /* Where output positions 0..out-1 of one dim read from (in: the input
  * size): i0 (and for linear i1 with weights l0, l1, [out] in ct).
@@ -135,26 +103,26 @@ static tpuc_status *lower_upsample(tpuc_lower_ctx *cx, up_mode mode, int nsp, bo
     ir_type vt = ir_type_of(g, v);
     if (!backward) {
       if (mode != UP_LINEAR) {
-        v = up_take(g, v, dim, ax.i0);
+        v = lo_take_dim(g, v, dim, ax.i0);
       } else {
         vt.dims[dim] = o_n;
         tv w0 = up_along(g, ir_convert(g, ax.l0, dd), dim, vt);
         tv w1 = up_along(g, ir_convert(g, ax.l1, dd), dim, vt);
-        v = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, up_take(g, v, dim, ax.i0), w0),
-                      ir_binary(g, IR_MUL, up_take(g, v, dim, ax.i1), w1));
+        v = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, lo_take_dim(g, v, dim, ax.i0), w0),
+                      ir_binary(g, IR_MUL, lo_take_dim(g, v, dim, ax.i1), w1));
       }
     } else {
       ir_type rt = vt;
       rt.dims[dim] = i_n;
       tv zero = ir_splat(g, rt, 0.0);
       if (mode != UP_LINEAR) {
-        v = up_put_add(g, zero, dim, ax.i0, v);
+        v = lo_put_dim(g, zero, dim, ax.i0, v, IR_RED_SUM);
       } else {
         tv w0 = up_along(g, ir_convert(g, ax.l0, dd), dim, vt);
         tv w1 = up_along(g, ir_convert(g, ax.l1, dd), dim, vt);
         tv upd[2] = {ir_binary(g, IR_MUL, v, w0), ir_binary(g, IR_MUL, v, w1)};
         tv idx[2] = {ax.i0, ax.i1};
-        v = up_put_add(g, zero, dim, ir_concat(g, idx, 2, 0), ir_concat(g, upd, 2, dim));
+        v = lo_put_dim(g, zero, dim, ir_concat(g, idx, 2, 0), ir_concat(g, upd, 2, dim), IR_RED_SUM);
       }
     }
   }
