@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mode", choices=["strict", "fused", "compile"], default="strict",
+                   help="tpu eager mode, or torch.compile of the whole training step")
     args = p.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -41,7 +43,22 @@ def main(argv: list[str] | None = None) -> int:
     cfg = LlamaConfig(dim=args.dim, n_layers=args.layers, hidden_dim=(8 * args.dim // 3 + 7) // 8 * 8,
                       max_seq_len=max(256, args.seq))
     model = Llama(cfg).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
+    compiled = args.mode == "compile"
+    # a compiled step keeps the optimizer's step counters on the device (capturable)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1,
+                            capturable=compiled and device.type != "cpu")
+    if device.type == "tpu" and args.mode == "fused":
+        torch.tpu.set_eager_mode("fused")
+
+    def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if compiled:  # forward, backward and AdamW: one program per step on tpu
+        train_step = torch.compile(train_step, backend="tpu" if device.type == "tpu" else "inductor")
     text = corpus_bytes()
     data = torch.frombuffer(bytearray(text), dtype=torch.uint8)
     gen = torch.Generator().manual_seed(args.seed)
@@ -56,10 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(1, args.steps + 1):
         x, y = next(stream)
         x, y = x.to(device), y.to(device)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = train_step(x, y)
         window_tokens += x.numel()
         if step == 1 or step % 10 == 0 or step == args.steps:
             loss_value = loss.item()  # reading the loss waits for the device
@@ -75,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({args.steps * args.batch * args.seq / elapsed:.0f} tok/s overall)")
     if device.type == "tpu":
         stats = torch.tpu.stats()
-        print(f"tpu: {stats.get('executions')} executions, {stats.get('compiles')} compiles, "
+        print(f"tpu ({args.mode}): {stats.get('executions')} executions, {stats.get('compiles')} "
+              f"compiles, {stats.get('donations')} donations, "
               f"{sum(stats.get('fallbacks', {}).values())} fallback calls")
     return 0 if loss_value < first_loss else 1
 
