@@ -79,3 +79,15 @@ def test_reduction_gradients(fn):
     fn(xc).backward(g_out)
     torch.testing.assert_close(xd.grad.cpu(), xc.grad)
     assert fell == [], f"fell back to the CPU: {fell}"
+
+
+def test_float_sums_over_leading_or_trailing_dims_are_not_sequential() -> None:
+    """Sums over trailing or leading dims run as products with a ones vector
+    (blocked accumulation): 250 x 0.2 summed over (5, 5, 10) is 50 within
+    float32 rounding of a pairwise sum, not the sequential 50.000118."""
+    x = torch.full((5, 5, 10), 0.2)
+    t = x.to("tpu")
+    for dims in [(0, 1, 2), (1, 2), (0, 1), (2,)]:
+        torch.testing.assert_close(t.sum(dims).cpu(), x.sum(dims), rtol=2e-7, atol=0)
+        torch.testing.assert_close(t.mean(dims).cpu(), x.mean(dims), rtol=2e-7, atol=0)
+    assert abs(t.sum().item() - 50.0) < 1e-5

@@ -42,10 +42,6 @@ _SPARSE = ("sparse layouts (COO/CSR) have no tpu kernels: moving the sparse samp
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
     **_each("byte", ("float32", "bfloat16", "float16", "float64"), _BYTE),
     **_each("div.trunc_rounding", ("bfloat16", "float16"), _TRUNC),
-    ("baddbmm", "float32"): (
-        "grad of a broadcast [1] input = a sum of 250 terms of beta=0.2 over dims (5, 5, 10): tpu gives "
-        "50.000118, CPU 50.0000038, exact 50 — the device's multi-dim reduce accumulates float32 "
-        "sequentially (torch.full((5,5,10), 0.2, device='tpu').sum() = 50.000118; flat (250,) 49.99998)"),
     **_each("fft.ihfft2", ("float32", "float64", "int32", "int64", "bool"), _IHFFT_OUT),
     **_each("fft.ihfftn", ("float32", "float64", "int32", "int64", "bool"), _IHFFT_OUT),
     **_each("native_batch_norm", ("bfloat16", "float16"), _BN_HALF),

@@ -83,13 +83,41 @@ static tv self_acc(tpuc_lower_ctx *cx) {
 
 /* ---- sum, mean, prod ---- */
 
+/* A float sum over leading or trailing dims as a product with a vector of
+ * ones: XLA CPU hands dots to its matmul library (vectorised, every core,
+ * blocked accumulation), where its reduce loops are several times slower
+ * (bench: op_profile). IR_NONE when the dims are neither. */
+static tv sum_as_dot(ir_graph *g, tv x, const int64_t *dims, int n) {
+  ir_type t = ir_type_of(g, x);
+  if ((t.dtype != TPUC_F32 && t.dtype != TPUC_F64) || n == 0 || t.ndim == 0) return IR_NONE;
+  bool prefix = true, suffix = true;
+  for (int k = 0; k < n; k++) {
+    prefix = prefix && dims[k] == k;
+    suffix = suffix && dims[k] == t.ndim - n + k;
+  }
+  if (!prefix && !suffix) return IR_NONE;
+  int64_t kept = 1, red = 1;
+  for (int d = 0; d < t.ndim; d++) {
+    bool r = prefix ? d < n : d >= t.ndim - n;
+    if (r) red *= t.dims[d];
+    else kept *= t.dims[d];
+  }
+  if (red < 2 || kept * red == 0) return IR_NONE;
+  tv ones = ir_splat(g, ir_make_type(t.dtype, 1, &red), 1.0);
+  int64_t two[2] = {prefix ? red : kept, prefix ? kept : red}, c0 = 0, c1 = 1;
+  tv m = ir_reshape(g, x, 2, two);
+  return prefix ? ir_dot_general(g, ones, m, NULL, NULL, 0, &c0, &c0, 1, t.dtype)
+                : ir_dot_general(g, m, ones, NULL, NULL, 0, &c1, &c0, 1, t.dtype);
+}
+
 static tpuc_status *accumulate(tpuc_lower_ctx *cx, int dims_arg, ir_reducer r, bool mean) {
   ir_graph *g = cx->g;
   tv x = self_acc(cx);
   ir_type t = ir_type_of(g, x);
   int64_t dims[TPUC_MAX_DIMS];
   int n = dims_of(cx, dims_arg, t.ndim, dims);
-  tv v = reduce(g, x, r, dims, n);
+  tv v = r == IR_RED_SUM ? sum_as_dot(g, x, dims, n) : IR_NONE;
+  if (v == IR_NONE) v = reduce(g, x, r, dims, n);
   if (mean) v = ir_binary(g, IR_DIV, v, ew_splat(g, v, (double)count_of(&t, dims, n)));
   put(cx, 0, v);
   return NULL;
