@@ -1,6 +1,6 @@
 """The nn ops that small models still sent to the CPU (see tests/conformance/model_usage.py):
 on "tpu" against PyTorch on the CPU, forward and backward, and natively (no new entry in
-torch.tpu.stats()["fallbacks"] for the ops lowered in nn_extra.c and upsample.c)."""
+torch.tpu.stats()["fallbacks"] for the ops lowered in nn_extra.c, nn_pool_nd.c and upsample.c)."""
 from __future__ import annotations
 
 import os
@@ -19,10 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _lowered() -> set[str]:
-    """Op names (without overload) lowered by nn_extra.c and upsample.c."""
+    """Op names (without overload) lowered by nn_extra.c, nn_pool_nd.c and upsample.c."""
     names = set()
     root = os.path.join(HERE, "..", "csrc", "core", "lower")
-    for f in ("nn_extra.c", "upsample.c"):
+    for f in ("nn_extra.c", "nn_pool_nd.c", "upsample.c"):
         path = os.path.join(root, f)
         if os.path.exists(path):
             with open(path) as fh:
@@ -365,7 +365,7 @@ def test_multinomial_without_replacement_many_samples_falls_back_correctly():
 def test_every_registered_name_is_a_real_overload():
     names = set()
     root = os.path.join(HERE, "..", "csrc", "core", "lower")
-    for f in ("nn_extra.c", "upsample.c"):
+    for f in ("nn_extra.c", "nn_pool_nd.c", "upsample.c"):
         with open(os.path.join(root, f)) as fh:
             src = fh.read()
         names |= set(re.findall(r'\{"(aten::[A-Za-z0-9_.]+)"', src))

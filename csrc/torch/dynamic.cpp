@@ -48,62 +48,47 @@ at::Tensor masked_select_tpu(const at::Tensor& self, const at::Tensor& mask) {
 
 }  // namespace
 
-namespace {
-
-// repeat_interleave(repeats) without output_size: its size is the sum of the
-// repeats, read back once, so that the op (and its Meta kernel) can run.
-void fill_repeat_interleave_size(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
-  if (schema.name() != "aten::repeat_interleave" || schema.overload_name() != "Tensor") return;
-  const auto& args = schema.arguments();
-  size_t begin = stack->size() - args.size();
-  for (size_t i = 0; i < args.size(); i++) {
-    if (args[i].name() != "output_size" || !(*stack)[begin + i].isNone()) continue;
+// repeat_interleave(repeats) without output_size gets the sum of the repeats
+// (read back once), so that the op and its Meta kernel can run; masks among
+// an index op's `indices` become the long indices of their true elements, one
+// per mask dimension, as PyTorch's expandTensors does — so x[mask] and
+// x[mask] = v run on the device.
+void prepare_dynamic_args(const OpInfo& info, const c10::OperatorHandle& op,
+                          torch::jit::Stack* stack) {
+  size_t begin = stack->size() - op.schema().arguments().size();
+  if (info.output_size_arg >= 0) {
+    c10::IValue& size = (*stack)[begin + info.output_size_arg];
     const c10::IValue& r = (*stack)[begin];
-    if (r.isTensor() && r.toTensor().dim() == 1)
-      (*stack)[begin + i] = c10::IValue(r.toTensor().sum().item<int64_t>());
+    if (size.isNone() && r.isTensor() && r.toTensor().dim() == 1)
+      size = c10::IValue(r.toTensor().sum().item<int64_t>());
   }
-}
-
-}  // namespace
-
-// Boolean (or uint8) masks among an index op's `indices` become the long
-// indices of their true elements, one per mask dimension, as PyTorch's
-// expandTensors does — so x[mask] and x[mask] = v run on the device.
-void expand_bool_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  fill_repeat_interleave_size(op, stack);
-  const auto& args = op.schema().arguments();
-  size_t begin = stack->size() - args.size();
-  for (size_t i = 0; i < args.size(); i++) {
-    if (args[i].name() != "indices") continue;
-    c10::IValue& v = (*stack)[begin + i];
-    if (!v.isList()) return;
-    auto list = v.toList();
-    bool any = false;
-    for (const c10::IValue& e : list) {
-      if (e.isTensor()) {
-        auto st = e.toTensor().scalar_type();
-        any = any || st == at::kBool || st == at::kByte;
-      }
+  if (info.mask_indices_arg < 0) return;
+  c10::IValue& v = (*stack)[begin + info.mask_indices_arg];
+  if (!v.isList()) return;
+  auto list = v.toList();
+  bool any = false;
+  for (const c10::IValue& e : list) {
+    if (e.isTensor()) {
+      auto st = e.toTensor().scalar_type();
+      any = any || st == at::kBool || st == at::kByte;
     }
-    if (!any) return;
-    c10::List<std::optional<at::Tensor>> out;
-    for (const c10::IValue& e : list) {
-      if (!e.isTensor()) {
-        out.push_back(std::nullopt);
-        continue;
-      }
-      at::Tensor t = e.toTensor();
-      if (t.scalar_type() != at::kBool && t.scalar_type() != at::kByte) {
-        out.push_back(t);
-        continue;
-      }
-      at::Tensor nz = nonzero_tpu(t.scalar_type() == at::kByte ? t.ne(0) : t);
-      for (int64_t d = 0; d < t.dim(); d++) out.push_back(nz.select(1, d));
-    }
-    v = c10::IValue(out);
-    return;
   }
+  if (!any) return;
+  c10::List<std::optional<at::Tensor>> out;
+  for (const c10::IValue& e : list) {
+    if (!e.isTensor()) {
+      out.push_back(std::nullopt);
+      continue;
+    }
+    at::Tensor t = e.toTensor();
+    if (t.scalar_type() != at::kBool && t.scalar_type() != at::kByte) {
+      out.push_back(t);
+      continue;
+    }
+    at::Tensor nz = nonzero_tpu(t.scalar_type() == at::kByte ? t.ne(0) : t);
+    for (int64_t d = 0; d < t.dim(); d++) out.push_back(nz.select(1, d));
+  }
+  v = c10::IValue(out);
 }
 
 }  // namespace tpuc_torch

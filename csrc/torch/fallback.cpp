@@ -65,6 +65,22 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
   for (const char* n : kCpuIndexOps) info->accepts_cpu_tensors |= info->name == n;
   for (const auto& a : schema.arguments())
     info->mutates.push_back(a.alias_info() && a.alias_info()->isWrite());
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto& a = schema.arguments()[i];
+    if (a.name() == "indices" && info->kinds[i] == Kind::OptTensorList)
+      info->mask_indices_arg = static_cast<int>(i);
+    if (a.name() == "output_size" && info->name == "aten::repeat_interleave.Tensor")
+      info->output_size_arg = static_cast<int>(i);
+  }
+  using BnEval = OpInfo::BnEval;
+  for (const char* n : {"aten::native_batch_norm", "aten::native_batch_norm.out",
+                        "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.out"})
+    if (info->name == n) info->bn_eval = BnEval::WhenNotTraining, info->bn_eval_arg = 5;
+  for (const char* n : {"aten::_native_batch_norm_legit_no_training",
+                        "aten::_native_batch_norm_legit_no_training.out"})
+    if (info->name == n) info->bn_eval = BnEval::Always;
+  for (const char* n : {"aten::_batch_norm_no_update", "aten::_batch_norm_no_update.out"})
+    if (info->name == n) info->bn_eval = BnEval::WhenRunningStats, info->bn_eval_arg = 3;
   // native_batch_norm updates running_mean and running_var in training, but
   // its schema does not mark them mutable.
   if (info->name == "aten::native_batch_norm" || info->name == "aten::native_batch_norm.out") {
@@ -194,7 +210,8 @@ void check_same_device(const OpInfo& info, const torch::jit::Stack& stack, size_
 
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = info_for(op);
-  expand_bool_indices(op, stack);  // dynamic.cpp: x[mask] through nonzero
+  if (info.mask_indices_arg >= 0 || info.output_size_arg >= 0)
+    prepare_dynamic_args(info, op, stack);  // dynamic.cpp: x[mask] through nonzero
   check_same_device(info, *stack, op.schema().arguments().size());
   std::string why;
   if (!info.native) {

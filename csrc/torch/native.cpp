@@ -440,16 +440,14 @@ void add_output(const at::Tensor& t, NativeCall& call) {
 // Meta kernels give them [C]. (The lowering passes out= ones through.)
 void eval_batch_norm_stats(const c10::FunctionSchema& schema, const OpInfo& info,
                            const torch::jit::Stack& stack, size_t begin, torch::jit::Stack& meta) {
-  const std::string& n = info.name;
-  bool eval = false;
-  if (n == "aten::native_batch_norm" || n == "aten::native_batch_norm.out" ||
-      n == "aten::_native_batch_norm_legit" || n == "aten::_native_batch_norm_legit.out")
-    eval = !stack[begin + 5].toBool();
-  else if (n == "aten::_native_batch_norm_legit_no_training" ||
-           n == "aten::_native_batch_norm_legit_no_training.out")
-    eval = true;
-  else if (n == "aten::_batch_norm_no_update" || n == "aten::_batch_norm_no_update.out")
-    eval = stack[begin + 3].isTensor() && stack[begin + 3].toTensor().defined();  // running stats
+  using BnEval = OpInfo::BnEval;
+  if (info.bn_eval == BnEval::None) return;
+  bool eval = info.bn_eval == BnEval::Always;
+  if (info.bn_eval == BnEval::WhenNotTraining) eval = !stack[begin + info.bn_eval_arg].toBool();
+  if (info.bn_eval == BnEval::WhenRunningStats) {  // running stats given
+    const c10::IValue& v = stack[begin + info.bn_eval_arg];
+    eval = v.isTensor() && v.toTensor().defined();
+  }
   if (!eval || meta.size() < 3 || schema.returns().size() < 3) return;
   for (size_t i = 1; i < 3; ++i) {
     if (!meta[i].isTensor()) continue;

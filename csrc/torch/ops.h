@@ -45,6 +45,13 @@ struct OpInfo {
   std::mutex meta_mu;
   std::unordered_map<std::string, MetaResult> meta_cache;
   bool meta_uses_scalar_values = false;  // arange/linspace: Scalars shape the output
+  // Special handling, decided once per operator (never by name per call):
+  int mask_indices_arg = -1;  // index ops: `indices` (Tensor?[]) whose masks become long indices
+  int output_size_arg = -1;   // repeat_interleave.Tensor: output_size, filled from the repeats
+  // batch norm whose save_mean/save_invstd are empty in eval mode: eval when
+  // argument `bn_eval_arg` is false (training) / a defined tensor (running stats)
+  enum class BnEval { None, WhenNotTraining, Always, WhenRunningStats } bn_eval = BnEval::None;
+  int bn_eval_arg = -1;
 };
 
 // The tpu generator an op with a `Generator?` argument draws from (None: the
@@ -53,8 +60,10 @@ at::Generator tpu_generator(const c10::IValue& v, c10::DeviceIndex device);
 
 // dynamic.cpp: bool/uint8 masks in an index op's `indices` become long
 // indices (through the device's nonzero), and repeat_interleave gets its
-// output_size (the repeats' sum), in place on the stack.
-void expand_bool_indices(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// output_size (the repeats' sum), in place on the stack. Only for ops whose
+// OpInfo says so (mask_indices_arg / output_size_arg).
+void prepare_dynamic_args(const OpInfo& info, const c10::OperatorHandle& op,
+                          torch::jit::Stack* stack);
 
 // The core's description of a tpu tensor; false when it cannot take it.
 bool describe(const at::Tensor& t, tpuc_tensor* out);

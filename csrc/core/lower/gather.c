@@ -71,3 +71,20 @@ tv lo_take_along(ir_graph *g, tv x, int dim, tv idx) {
   d.index_vector_dim = it.ndim;
   return ir_gather(g, x, lo_elem_coords(g, dim, idx, r), &d, ir_with_dtype(it, xt.dtype));
 }
+
+/* x [B, M] with upd [B, n] added at positions idx [B, n] (s64). */
+tv lo_scatter_add_rows(ir_graph *g, tv x, tv idx, tv upd) {
+  ir_type it = ir_type_of(g, idx);
+  int64_t cd[3] = {it.dims[0], it.dims[1], 1};
+  tv parts[2] = {ir_reshape(g, ir_iota(g, it, 0), 3, cd), ir_reshape(g, idx, 3, cd)};
+  ir_scatter_dims d;
+  memset(&d, 0, sizeof d);
+  d.inserted_window_dims[0] = 0;
+  d.inserted_window_dims[1] = 1;
+  d.n_inserted = 2;
+  d.scatter_dims_to_operand_dims[0] = 0;
+  d.scatter_dims_to_operand_dims[1] = 1;
+  d.n_scatter_dims = 2;
+  d.index_vector_dim = 2;
+  return ir_scatter(g, x, ir_concat(g, parts, 2, 2), upd, &d, IR_RED_SUM);
+}

@@ -185,6 +185,21 @@ static inline tv lo_rng_state(const tpuc_lower_ctx *cx) {
   return IR_NONE;
 }
 
+/* PyTorch's loss reductions (the `reduction` int argument). */
+enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
+
+/* Reduces a per-element loss by `reduction`. */
+static inline tv lo_reduce_loss(ir_graph *g, tv l, int64_t reduction) {
+  if (reduction == RED_NONE) return l;
+  ir_type t = ir_type_of(g, l);
+  int64_t dims[TPUC_MAX_DIMS];
+  for (int i = 0; i < t.ndim; i++) dims[i] = i;
+  tv s = lo_sum(g, l, dims, t.ndim, false);
+  return reduction == RED_MEAN ? lo_binc(g, IR_DIV, s, (double)ir_numel(&t)) : s;
+}
+
+/* gather.c: x [B, M] with upd [B, n] added at positions idx [B, n] (s64). */
+tv lo_scatter_add_rows(ir_graph *g, tv x, tv idx, tv upd);
 /* gather.c: x indexed along `dim` by idx of any shape (s64, in range):
  * x.dims[:dim] + idx.shape + x.dims[dim+1:]. */
 tv lo_take_dim(ir_graph *g, tv x, int dim, tv idx);

@@ -155,17 +155,6 @@ static tpuc_status *l_native_dropout_bw(tpuc_lower_ctx *cx) {
 
 /* ---- losses ---- */
 
-enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
-
-/* Reduces a per-element loss by `reduction`. */
-static tv reduce_loss(ir_graph *g, tv l, int64_t reduction) {
-  if (reduction == RED_NONE) return l;
-  ir_type t = ir_type_of(g, l);
-  int64_t dims[TPUC_MAX_DIMS];
-  for (int i = 0; i < t.ndim; i++) dims[i] = i;
-  tv s = lo_sum(g, l, dims, t.ndim, false);
-  return reduction == RED_MEAN ? lo_binc(g, IR_DIV, s, (double)ir_numel(&t)) : s;
-}
 
 /* The loss-gradient scale: grad_output broadcast (none) or divided by the
  * element count (mean). */
@@ -219,10 +208,10 @@ static tpuc_status *l_nll_loss(tpuc_lower_ctx *cx) {
   int64_t red = lx_int(cx, 3, RED_MEAN), cdim = p.cdim;
   tv picked = lo_sum(g, ir_select(g, p.onehot, p.x, lx_splat_like(g, p.x, 0.0)), &cdim, 1, false);
   tv loss = ir_unary(g, IR_NEG, ir_binary(g, IR_MUL, picked, p.w));
-  tv total = reduce_loss(g, p.w, RED_SUM);
+  tv total = lo_reduce_loss(g, p.w, RED_SUM);
   tv out = loss;
   if (red != RED_NONE) {
-    out = reduce_loss(g, loss, RED_SUM);
+    out = lo_reduce_loss(g, loss, RED_SUM);
     if (red == RED_MEAN) out = ir_binary(g, IR_DIV, out, total);
   } else if (p.cdim == 1) {
     total = lo_const(g, cd, 0.0); /* PyTorch reports 0 for unreduced batches */
@@ -262,7 +251,7 @@ static tpuc_status *l_mse_loss(tpuc_lower_ctx *cx) {
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
   tv d = lo_bin(g, IR_SUB, ir_convert(g, lx_tensor(cx, 0), cd), lx_tensor(cx, 1));
   tv l = ir_binary(g, IR_MUL, d, d);
-  cx->results[0] = lo_fit(g, reduce_loss(g, l, lx_int(cx, 2, RED_MEAN)), ot);
+  cx->results[0] = lo_fit(g, lo_reduce_loss(g, l, lx_int(cx, 2, RED_MEAN)), ot);
   return NULL;
 }
 
@@ -293,7 +282,7 @@ static tpuc_status *l_bce(tpuc_lower_ctx *cx) {
   tv l = ir_unary(g, IR_NEG, ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, t, lx_),
                                        ir_binary(g, IR_MUL, one_t, l1x)));
   if (!lx_is_none(cx, 2)) l = lo_bin(g, IR_MUL, l, lx_tensor(cx, 2));
-  cx->results[0] = lo_fit(g, reduce_loss(g, l, lx_int(cx, 3, RED_MEAN)), ot);
+  cx->results[0] = lo_fit(g, lo_reduce_loss(g, l, lx_int(cx, 3, RED_MEAN)), ot);
   return NULL;
 }
 
@@ -337,7 +326,7 @@ static tpuc_status *l_bce_logits(tpuc_lower_ctx *cx) {
   tv l = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, ir_binary(g, IR_SUB, one, t), x),
                    ir_binary(g, IR_MUL, lw, sp));
   if (!lx_is_none(cx, 2)) l = lo_bin(g, IR_MUL, l, lx_tensor(cx, 2));
-  cx->results[0] = lo_fit(g, reduce_loss(g, l, lx_int(cx, 4, RED_MEAN)), ot);
+  cx->results[0] = lo_fit(g, lo_reduce_loss(g, l, lx_int(cx, 4, RED_MEAN)), ot);
   return NULL;
 }
 

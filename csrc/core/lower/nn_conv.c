@@ -254,23 +254,9 @@ tpuc_status *nn_max_pool2d_backward(tpuc_lower_ctx *cx) {
     cx->results[0] = ir_splat(g, ot, 0.0);
     return NULL;
   }
-  int64_t fd[2] = {nc, m}, cd3[3] = {nc, m, 1};
-  gy = ir_reshape(g, gy, 2, fd);
-  idx = ir_reshape(g, idx, 3, cd3);
-  ir_type ct = ir_make_type(TPUC_S64, 3, cd3);
-  tv parts[2] = {ir_iota(g, ct, 0), idx};
-  tv coords = ir_concat(g, parts, 2, 2);
-  ir_scatter_dims d;
-  memset(&d, 0, sizeof d);
-  d.inserted_window_dims[0] = 0;
-  d.inserted_window_dims[1] = 1;
-  d.n_inserted = 2;
-  d.scatter_dims_to_operand_dims[0] = 0;
-  d.scatter_dims_to_operand_dims[1] = 1;
-  d.n_scatter_dims = 2;
-  d.index_vector_dim = 2;
-  int64_t zd[2] = {nc, hw};
-  tv acc = ir_scatter(g, ir_splat(g, ir_make_type(cd, 2, zd), 0.0), coords, gy, &d, IR_RED_SUM);
+  int64_t fd[2] = {nc, m}, zd[2] = {nc, hw};
+  tv acc = lo_scatter_add_rows(g, ir_splat(g, ir_make_type(cd, 2, zd), 0.0),
+                               ir_reshape(g, idx, 2, fd), ir_reshape(g, gy, 2, fd));
   cx->results[0] = lo_fit(g, acc, ot);
   return NULL;
 }

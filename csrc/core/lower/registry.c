@@ -17,6 +17,7 @@ EMPTY_FAMILY(tpuc_lowerings_nn);
 EMPTY_FAMILY(tpuc_lowerings_random);
 EMPTY_FAMILY(tpuc_lowerings_copy);
 EMPTY_FAMILY(tpuc_lowerings_nn_extra);
+EMPTY_FAMILY(tpuc_lowerings_nn_pool_nd);
 EMPTY_FAMILY(tpuc_lowerings_upsample);
 EMPTY_FAMILY(tpuc_lowerings_sort);
 
@@ -24,7 +25,7 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
     tpuc_lowerings_shape,       tpuc_lowerings_index,  tpuc_lowerings_nn,
     tpuc_lowerings_random,      tpuc_lowerings_copy,   tpuc_lowerings_sort,
-    tpuc_lowerings_nn_extra,    tpuc_lowerings_upsample,
+    tpuc_lowerings_nn_extra,    tpuc_lowerings_nn_pool_nd, tpuc_lowerings_upsample,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
