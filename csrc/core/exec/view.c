@@ -7,7 +7,9 @@
  * reshape (contiguous); slice/reshape/transpose/broadcast for non-overlapping
  * strides that divide each other (transposes, slices with steps, expands);
  * a gather with computed indices for anything else. Writes use a
- * dynamic_update_slice for contiguous views and a scatter otherwise. */
+ * dynamic_update_slice: of the values for contiguous views, of the values
+ * transposed into memory order for views of the same stride shape, and a
+ * scatter with computed indices only for anything else. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,20 +81,40 @@ static int by_stride_desc(const void *a, const void *b) {
   return x->stride < y->stride ? 1 : x->stride > y->stride ? -1 : x->dim - y->dim;
 }
 
+/* The dims of `t` that move through memory (size > 1, stride != 0), sorted by
+ * stride, largest first, into k; their count in *nk. False unless the strides
+ * are positive, divide each other and do not overlap: then the view is a
+ * sub-block of the region [offset, offset + k[0].size * k[0].stride) seen as
+ * the row-major array region_dims(), and reads and writes need no indices. */
+static bool strided_layout(const tpuc_tensor *t, kept_dim *k, int *nk) {
+  int n = 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1 && t->strides[d] != 0) k[n++] = (kept_dim){t->sizes[d], t->strides[d], d};
+  qsort(k, (size_t)n, sizeof k[0], by_stride_desc);
+  *nk = n;
+  for (int j = 0; j < n; j++) {
+    if (k[j].stride < 0) return false;
+    if (j + 1 < n && (k[j].stride % k[j + 1].stride != 0 ||
+                      k[j].stride < k[j + 1].size * k[j + 1].stride))
+      return false;
+  }
+  return true;
+}
+
+/* The region as a row-major array of nk + 1 dims: [k0.size, k0.stride /
+ * k1.stride, ..., k[nk-1].stride]; the view is its [0:size_j..., 0:1] block. */
+static void region_dims(const kept_dim *k, int nk, int64_t *vd) {
+  vd[0] = k[0].size;
+  for (int j = 1; j < nk; j++) vd[j] = k[j - 1].stride / k[j].stride;
+  vd[nk] = k[nk - 1].stride;
+}
+
 /* The slice/reshape/transpose/broadcast form; IR_NONE if the strides do not
  * have the required shape (then the caller gathers). */
 static tv read_strided(ir_graph *g, tv flat, const tpuc_tensor *t) {
   kept_dim k[TPUC_MAX_DIMS];
-  int nk = 0;
-  for (int d = 0; d < t->ndim; d++)
-    if (t->sizes[d] > 1 && t->strides[d] != 0) k[nk++] = (kept_dim){t->sizes[d], t->strides[d], d};
-  qsort(k, (size_t)nk, sizeof k[0], by_stride_desc);
-  for (int j = 0; j < nk; j++) {
-    if (k[j].stride < 0) return IR_NONE;
-    if (j + 1 < nk && (k[j].stride % k[j + 1].stride != 0 ||
-                       k[j].stride < k[j + 1].size * k[j + 1].stride))
-      return IR_NONE;
-  }
+  int nk;
+  if (!strided_layout(t, k, &nk)) return IR_NONE;
   int64_t n_flat = ir_numel(ir_typeof(g, flat));
   tpuc_dtype dt = ir_typeof(g, flat)->dtype;
   tv r;
@@ -109,9 +131,7 @@ static tv read_strided(ir_graph *g, tv flat, const tpuc_tensor *t) {
     int64_t start = t->offset, limit = t->offset + span;
     r = ir_slice(g, flat, &start, &limit, NULL);
     int64_t vd[TPUC_MAX_DIMS + 1], lim[TPUC_MAX_DIMS + 1], zero[TPUC_MAX_DIMS + 1];
-    vd[0] = k[0].size;
-    for (int j = 1; j < nk; j++) vd[j] = k[j - 1].stride / k[j].stride;
-    vd[nk] = k[nk - 1].stride;
+    region_dims(k, nk, vd);
     r = ir_reshape(g, r, nk + 1, vd);
     for (int j = 0; j < nk; j++) {
       lim[j] = k[j].size;
@@ -221,6 +241,53 @@ tpuc_status *tpuc_view_read(ir_graph *g, tv base, const tpuc_tensor *t, tv *out)
   return NULL;
 }
 
+/* Writing `value` through a view with strided_layout(): the value, in the
+ * region's dim order, replaces the view's block of the region (a
+ * dynamic_update_slice, in place for XLA) instead of a scatter of one index
+ * per element. IR_NONE if the layout does not allow it. */
+static tv write_strided(ir_graph *g, tv flat, const tpuc_tensor *t, tv value) {
+  kept_dim k[TPUC_MAX_DIMS];
+  int nk;
+  if (!strided_layout(t, k, &nk) || nk == 0) return IR_NONE;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1 && t->strides[d] == 0) return IR_NONE; /* expanded: overlapping */
+  ir_type ft = *ir_typeof(g, flat);
+  int64_t n_flat = ir_numel(&ft), span = k[0].size * k[0].stride;
+  int64_t hi = t->offset + span > n_flat ? t->offset + span - n_flat : 0;
+  if (hi) {
+    int64_t lo = 0;
+    flat = ir_pad(g, flat, ir_splat(g, ir_make_type(ft.dtype, 0, NULL), 0), &lo, &hi, NULL);
+  }
+  /* value's moving dims in tensor order, then permuted into stride order */
+  int64_t kept_sizes[TPUC_MAX_DIMS], perm[TPUC_MAX_DIMS], blk[TPUC_MAX_DIMS + 1];
+  int pos_of[TPUC_MAX_DIMS], nkept = 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1) {
+      pos_of[d] = nkept;
+      kept_sizes[nkept++] = t->sizes[d];
+    }
+  for (int j = 0; j < nk; j++) {
+    perm[j] = pos_of[k[j].dim];
+    blk[j] = k[j].size;
+  }
+  blk[nk] = 1;
+  tv v = ir_transpose(g, ir_reshape(g, value, nkept, kept_sizes), perm);
+  v = ir_reshape(g, v, nk + 1, blk);
+  int64_t vd[TPUC_MAX_DIMS + 1], start = t->offset, limit = t->offset + span;
+  region_dims(k, nk, vd);
+  tv region = ir_reshape(g, ir_slice(g, flat, &start, &limit, NULL), nk + 1, vd);
+  tv zeros[TPUC_MAX_DIMS + 1];
+  for (int j = 0; j <= nk; j++) zeros[j] = ir_splat_i64(g, ir_make_type(TPUC_S64, 0, NULL), 0);
+  region = ir_reshape(g, ir_dynamic_update_slice(g, region, v, zeros), 1, &span);
+  tv at = ir_splat_i64(g, ir_make_type(TPUC_S64, 0, NULL), t->offset);
+  tv r = ir_dynamic_update_slice(g, flat, region, &at);
+  if (hi) {
+    int64_t s0 = 0;
+    r = ir_slice(g, r, &s0, &n_flat, NULL);
+  }
+  return r;
+}
+
 tpuc_status *tpuc_view_write(ir_graph *g, tv base, const tpuc_tensor *t, tv value, tv *out) {
   *out = IR_NONE;
   ir_type orig = *ir_typeof(g, base);
@@ -237,7 +304,7 @@ tpuc_status *tpuc_view_write(ir_graph *g, tv base, const tpuc_tensor *t, tv valu
   if (tpuc_view_is_contiguous(t)) {
     tv start = ir_splat_i64(g, ir_make_type(TPUC_S64, 0, NULL), t->offset);
     r = ir_dynamic_update_slice(g, flat, upd, &start);
-  } else {
+  } else if ((r = write_strided(g, flat, t, value)) == IR_NONE) {
     int64_t idx_dims[2] = {n, 1};
     tv idx = ir_reshape(g, view_indices(g, t), 2, idx_dims);
     ir_scatter_dims d;
