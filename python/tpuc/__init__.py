@@ -25,12 +25,18 @@ def _register() -> None:
     import torch
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines off (docs/environment.md)
-    from . import _C, _plugin
+    from . import _host_heap, _plugin
 
+    missing = ""
     try:
-        _C._set_plugin(_plugin.find_plugin().path, "")
+        choice: _plugin.PluginChoice | None = _plugin.find_plugin()
     except _plugin.PluginNotFoundError as e:
-        _C._set_plugin("", str(e))
+        choice, missing = None, str(e)
+    # before anything starts the plugin's threads (see _host_heap)
+    _host_heap.apply(choice is not None and _plugin.is_cpu_plugin(choice))
+    from . import _C
+
+    _C._set_plugin(choice.path if choice else "", missing)
 
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")

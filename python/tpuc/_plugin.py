@@ -63,6 +63,12 @@ def _cpu_path() -> str | None:
     return None
 
 
+def is_cpu_plugin(choice: PluginChoice) -> bool:
+    """Whether `choice` is the XLA CPU plugin (its device memory is the host heap)."""
+    cpu = _cpu_path()
+    return cpu is not None and os.path.realpath(choice.path) == os.path.realpath(cpu)
+
+
 _HINTS = {
     "tpu": "pip install libtpu (on a Cloud TPU VM)",
     "cuda": "pip install jax-cuda13-pjrt (or jax-cuda12-pjrt)",

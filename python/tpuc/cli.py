@@ -18,7 +18,7 @@ def _version(dist: str) -> str | None:
 
 
 def _info(as_json: bool) -> int:
-    from . import _native, _plugin
+    from . import _host_heap, _native, _plugin
 
     try:
         choice = _plugin.find_plugin()
@@ -28,6 +28,7 @@ def _info(as_json: bool) -> int:
         return 2
     report = asdict(desc)
     report["plugin_source"] = choice.source
+    report["host_heap"] = _host_heap.decide(_plugin.is_cpu_plugin(choice))[1]
     report["versions"] = {
         "tpuc": _version("tpuc"),
         "torch": _version("torch"),
@@ -48,6 +49,7 @@ def _info(as_json: bool) -> int:
     print(f"XLA version:       {desc.xla_version if desc.xla_version is not None else 'n/a'}")
     if desc.stablehlo_current:
         print(f"StableHLO:         {desc.stablehlo_minimum} .. {desc.stablehlo_current}")
+    print(f"host heap:         {report['host_heap']}")
     print(f"devices:           {len(desc.devices)}")
     for d in desc.devices:
         print(f"  tpu:{d.index}  id {d.id}  {d.kind}  {d.description}")
