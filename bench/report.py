@@ -172,6 +172,17 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   f"{row['other_bytes'] / 1e6:.1f} | {row['ratio']:.2f} |"
                   for row in r["rows"]]
             L.append("")
+    if "host_heap" in res:
+        r = res["host_heap"]
+        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
+        if r.get("rows"):
+            L += ["| contender | TPUC_HOST_HEAP | step s (median [min, max]) | page faults / step "
+                  "| RSS MB | system / auto |", "|---|---|---|---|---|---|"]
+            L += [f"| {row['contender']} | {row['heap']} | {_span(row['step_s'])} | "
+                  f"{row['faults_per_step']:.0f} | {row['rss_mb']:.0f} | "
+                  f"{_fmt(row.get('system_over_auto'))}{'x' if 'system_over_auto' in row else ''} |"
+                  for row in r["rows"]]
+            L.append("")
     if "op_profile" in res:
         r = res["op_profile"]
         L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
