@@ -49,7 +49,9 @@ def _register() -> None:
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _registered = True
-    from . import dynamo, eager
+    from . import dynamo, eager, fused_optim
+
+    fused_optim.register()  # Adam(W)(fused=True) on the device, not the CPU
 
     if os.environ.get("TPUC_EAGER"):
         eager.apply_environment()

@@ -1,0 +1,113 @@
+"""PyTorch's fused Adam/AdamW kernels (``Adam(fused=True)``, ``AdamW(fused=True)``,
+TorchTitan's default optimizer) on the device "tpu".
+
+``aten::_fused_adam(w)_`` are single ops over lists of tensors; without a kernel
+they would fall back to the CPU, copying every parameter, gradient and moment
+across each step. Here they are written with foreach ops the core lowers, so
+they run on the device in every eager mode (fused mode records the whole update
+into its chunk) and inside compiled graphs (the functional ``_fused_adam(w)``
+that AOTAutograd traces). The math is the one of PyTorch's CPU kernel
+(``FusedAdamKernel.cpp``): per parameter with its own step count, bias-corrected
+moments, decoupled (AdamW) or L2 (Adam) weight decay, ``amsgrad``,
+``maximize``; ``grad_scale`` divides the gradients (written back unscaled) and
+a ``found_inf`` of 1 leaves every tensor as it was — decided on the device, so
+no host synchronisation is needed.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+_lib: Optional[torch.library.Library] = None
+
+Lists = tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor], list[Tensor]]
+
+
+def _adam_math(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+               exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor],
+               state_steps: list[Tensor], lr: Union[float, Tensor], beta1: float,
+               beta2: float, weight_decay: float, eps: float, amsgrad: bool, maximize: bool,
+               grad_scale: Optional[Tensor], found_inf: Optional[Tensor],
+               decoupled: bool) -> Lists:
+    """New (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs); inputs untouched."""
+    if not params:
+        return [], [], [], [], []
+    if isinstance(lr, Tensor):
+        lr = lr.to(params[0].device)
+    new_grads = list(grads)
+    if grad_scale is not None:
+        new_grads = list(torch._foreach_div(grads, grad_scale.to(params[0].device)))
+    g = list(torch._foreach_neg(new_grads)) if maximize else new_grads
+    p = list(params)
+    if weight_decay != 0:
+        if decoupled:
+            p = list(torch._foreach_mul(params, 1 - lr * weight_decay))
+        else:
+            g = list(torch._foreach_add(g, params, alpha=weight_decay))
+    m = list(torch._foreach_lerp(exp_avgs, g, 1 - beta1))
+    v = list(torch._foreach_mul(exp_avg_sqs, beta2))
+    v = list(torch._foreach_addcmul(v, g, g, value=1 - beta2))
+    steps = [s.to(device=params[0].device, dtype=torch.float32) for s in state_steps]
+    neg_bc1 = torch._foreach_sub(torch._foreach_pow(beta1, steps), 1)  # -(1 - beta1^t)
+    bc2_sqrt = torch._foreach_sqrt(torch._foreach_neg(
+        torch._foreach_sub(torch._foreach_pow(beta2, steps), 1)))  # sqrt(1 - beta2^t)
+    vmax = list(torch._foreach_maximum(max_exp_avg_sqs, v)) if amsgrad else list(max_exp_avg_sqs)
+    denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(vmax if amsgrad else v),
+                                                  bc2_sqrt), eps)
+    neg_step = torch._foreach_mul(torch._foreach_reciprocal(neg_bc1), lr)  # -lr / (1 - beta1^t)
+    p = list(torch._foreach_add(p, torch._foreach_mul(torch._foreach_div(m, denom), neg_step)))
+    out: Lists = (p, new_grads, m, v, vmax)
+    if found_inf is not None:
+        skip = found_inf.to(params[0].device) == 1
+        olds = (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
+        out = tuple([torch.where(skip, o, n) for o, n in zip(old, new)]  # type: ignore[assignment]
+                    for old, new in zip(olds, out))
+    return out
+
+
+def _inplace(decoupled: bool):
+    def kernel(self: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+               exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor],
+               state_steps: list[Tensor], *, lr, beta1: float, beta2: float,
+               weight_decay: float, eps: float, amsgrad: bool, maximize: bool,
+               grad_scale: Optional[Tensor] = None, found_inf: Optional[Tensor] = None) -> None:
+        new = _adam_math(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr,
+                         beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
+                         found_inf, decoupled)
+        for dst, src in zip((self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), new):
+            pairs = [(d, t) for d, t in zip(dst, src) if d is not t]
+            if pairs:
+                torch._foreach_copy_([d for d, _ in pairs], [t for _, t in pairs])
+    return kernel
+
+
+def _functional(decoupled: bool):
+    def kernel(self: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
+               exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor],
+               state_steps: list[Tensor], *, lr, beta1: float, beta2: float,
+               weight_decay: float, eps: float, amsgrad: bool, maximize: bool,
+               grad_scale: Optional[Tensor] = None,
+               found_inf: Optional[Tensor] = None) -> Lists:
+        new = _adam_math(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr,
+                         beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
+                         found_inf, decoupled)
+        # the functional op returns fresh tensors, never its inputs
+        olds = (self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
+        return tuple([t.clone() if t is o else t for o, t in zip(old, lst)]  # type: ignore
+                     for old, lst in zip(olds, new))
+    return kernel
+
+
+def register() -> None:
+    """Registers the kernels for the device "tpu" (idempotent)."""
+    global _lib
+    if _lib is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    for name, decoupled in (("_fused_adam", False), ("_fused_adamw", True)):
+        for overload in ("", ".tensor_lr"):
+            lib.impl(f"{name}_{overload}", _inplace(decoupled), "PrivateUse1")
+            lib.impl(f"{name}{overload}", _functional(decoupled), "PrivateUse1")
+    _lib = lib
