@@ -71,7 +71,7 @@ def run(quick: bool) -> dict:
                                   ("tpu compiled", compiled_available())) if ok]
     if quick:
         contenders = contenders[-1:]
-    layers, warmup, steps, rounds = (2, 3, 4, 1) if quick else (6, 5, 10, 2)
+    layers, warmup, steps, rounds = (2, 3, 4, 1) if quick else (6, 5, 12, 3)
     got: dict[tuple[str, str], list[dict]] = {}
     for _ in range(rounds):
         for c in contenders:
@@ -83,6 +83,7 @@ def run(quick: bool) -> dict:
         faults = [f for r in runs for f in r["faults"]]
         rows.append({"contender": c, "heap": heap, "state": runs[0]["state"],
                      "step_s": {"median": _median(times), "min": min(times), "max": max(times)},
+                     "process_medians_s": [_median(r["times"]) for r in runs],
                      "faults_per_step": _median(faults),
                      "rss_mb": max(r["rss_bytes"] for r in runs) / 1e6})
     by = {(r["contender"], r["heap"]): r for r in rows}
