@@ -165,9 +165,10 @@ def write(root: str, machine: dict, quick: bool) -> str:
         r = res["memory"]
         L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
         if r.get("rows"):
-            L += ["| contender | peak MB | params+grads+state MB | other MB | ratio |",
-                  "|---|---|---|---|---|"]
-            L += [f"| {row['contender']} | {row['peak_bytes'] / 1e6:.1f} | "
+            L += ["| contender | tokens | peak MB | params+grads+state MB | other MB | ratio |",
+                  "|---|---|---|---|---|---|"]
+            L += [f"| {row['contender']} | {row.get('tokens', '8 x 128')} | "
+                  f"{row['peak_bytes'] / 1e6:.1f} | "
                   f"{row['params_grads_state_bytes'] / 1e6:.1f} | "
                   f"{row['other_bytes'] / 1e6:.1f} | {row['ratio']:.2f} |"
                   for row in r["rows"]]
