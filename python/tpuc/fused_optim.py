@@ -1,7 +1,7 @@
-"""PyTorch's fused Adam/AdamW kernels (``Adam(fused=True)``, ``AdamW(fused=True)``,
-TorchTitan's default optimizer) on the device "tpu".
+"""PyTorch's fused optimizer kernels (``Adam(fused=True)``, ``AdamW(fused=True)`` —
+TorchTitan's default optimizer — and ``SGD(fused=True)``) on the device "tpu".
 
-``aten::_fused_adam(w)_`` are single ops over lists of tensors; without a kernel
+``aten::_fused_adam(w)_`` and ``_fused_sgd_`` are single ops over lists of tensors; without a kernel
 they would fall back to the CPU, copying every parameter, gradient and moment
 across each step. Here they are written with foreach ops the core lowers, so
 they run on the device in every eager mode (fused mode records the whole update
@@ -11,7 +11,9 @@ that AOTAutograd traces). The math is the one of PyTorch's CPU kernel
 moments, decoupled (AdamW) or L2 (Adam) weight decay, ``amsgrad``,
 ``maximize``; ``grad_scale`` divides the gradients (written back unscaled) and
 a ``found_inf`` of 1 leaves every tensor as it was — decided on the device, so
-no host synchronisation is needed.
+no host synchronisation is needed. SGD follows PyTorch's ``_single_tensor_sgd``:
+weight decay, momentum with dampening (the first step copies the gradient),
+Nesterov, ``maximize``.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ def _adam_math(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor]
                exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor],
                state_steps: list[Tensor], lr: Union[float, Tensor], beta1: float,
                beta2: float, weight_decay: float, eps: float, amsgrad: bool, maximize: bool,
-               grad_scale: Optional[Tensor], found_inf: Optional[Tensor],
-               decoupled: bool) -> Lists:
+               decoupled: bool, grad_scale: Optional[Tensor] = None,
+               found_inf: Optional[Tensor] = None) -> Lists:
     """New (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs); inputs untouched."""
     if not params:
         return [], [], [], [], []
@@ -67,37 +69,54 @@ def _adam_math(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor]
     return out
 
 
-def _inplace(decoupled: bool):
-    def kernel(self: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-               exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor],
-               state_steps: list[Tensor], *, lr, beta1: float, beta2: float,
-               weight_decay: float, eps: float, amsgrad: bool, maximize: bool,
-               grad_scale: Optional[Tensor] = None, found_inf: Optional[Tensor] = None) -> None:
-        new = _adam_math(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr,
-                         beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
-                         found_inf, decoupled)
-        for dst, src in zip((self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), new):
+def _sgd_math(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor],
+              weight_decay: float, momentum: float, lr: Union[float, Tensor],
+              dampening: float, nesterov: bool, maximize: bool, is_first_step: bool,
+              grad_scale: Optional[Tensor] = None, found_inf: Optional[Tensor] = None) -> tuple:
+    """New (params, grads, momentum buffers) of SGD; inputs untouched."""
+    if not params:
+        return [], [], []
+    if isinstance(lr, Tensor):
+        lr = lr.to(params[0].device)
+    new_grads = list(grads)
+    if grad_scale is not None:
+        new_grads = list(torch._foreach_div(grads, grad_scale.to(params[0].device)))
+    g = list(torch._foreach_neg(new_grads)) if maximize else new_grads
+    if weight_decay != 0:
+        g = list(torch._foreach_add(g, params, alpha=weight_decay))
+    new_bufs = list(bufs)
+    if momentum != 0:
+        if is_first_step:
+            new_bufs = [t.clone() for t in g]
+        else:
+            new_bufs = list(torch._foreach_add(torch._foreach_mul(bufs, momentum), g,
+                                               alpha=1 - dampening))
+        g = list(torch._foreach_add(g, new_bufs, alpha=momentum)) if nesterov else new_bufs
+    p = list(torch._foreach_add(params, torch._foreach_mul(g, lr), alpha=-1))
+    out = (p, new_grads, new_bufs)
+    if found_inf is not None:
+        skip = found_inf.to(params[0].device) == 1
+        out = tuple([torch.where(skip, o, n) for o, n in zip(old, new)]
+                    for old, new in zip((params, grads, bufs), out))
+    return out
+
+
+def _pair(math, nlists: int, **fixed):
+    """The in-place op (copies the new values into its list arguments) and the
+    functional op (returns fresh tensors, never its inputs) over `math`."""
+    def inplace(*lists, **kw) -> None:
+        new = math(*lists, **kw, **fixed)
+        for dst, src in zip(lists[:nlists], new):
             pairs = [(d, t) for d, t in zip(dst, src) if d is not t]
             if pairs:
                 torch._foreach_copy_([d for d, _ in pairs], [t for _, t in pairs])
-    return kernel
 
+    def functional(*lists, **kw) -> tuple:
+        new = math(*lists, **kw, **fixed)
+        return tuple([t.clone() if t is o else t for o, t in zip(old, lst)]
+                     for old, lst in zip(lists[:nlists], new))
 
-def _functional(decoupled: bool):
-    def kernel(self: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
-               exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor],
-               state_steps: list[Tensor], *, lr, beta1: float, beta2: float,
-               weight_decay: float, eps: float, amsgrad: bool, maximize: bool,
-               grad_scale: Optional[Tensor] = None,
-               found_inf: Optional[Tensor] = None) -> Lists:
-        new = _adam_math(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr,
-                         beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale,
-                         found_inf, decoupled)
-        # the functional op returns fresh tensors, never its inputs
-        olds = (self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
-        return tuple([t.clone() if t is o else t for o, t in zip(old, lst)]  # type: ignore
-                     for old, lst in zip(olds, new))
-    return kernel
+    return inplace, functional
 
 
 def register() -> None:
@@ -106,8 +125,11 @@ def register() -> None:
     if _lib is not None:
         return
     lib = torch.library.Library("aten", "IMPL")
-    for name, decoupled in (("_fused_adam", False), ("_fused_adamw", True)):
+    kernels = {"_fused_adam": _pair(_adam_math, 5, decoupled=False),
+               "_fused_adamw": _pair(_adam_math, 5, decoupled=True),
+               "_fused_sgd": _pair(_sgd_math, 3)}
+    for name, (inplace, functional) in kernels.items():
         for overload in ("", ".tensor_lr"):
-            lib.impl(f"{name}_{overload}", _inplace(decoupled), "PrivateUse1")
-            lib.impl(f"{name}{overload}", _functional(decoupled), "PrivateUse1")
+            lib.impl(f"{name}_{overload}", inplace, "PrivateUse1")
+            lib.impl(f"{name}{overload}", functional, "PrivateUse1")
     _lib = lib
