@@ -27,6 +27,11 @@ def _span(s: dict, digits: int = 3) -> str:
     return f"{_fmt(s['median'], digits)} [{_fmt(s['min'], digits)}, {_fmt(s['max'], digits)}]"
 
 
+def _header(r: dict) -> list[str]:
+    """A case's section title, the command that produced it and its notes."""
+    return [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
+
+
 def _plot_dispatch(res: dict, path: str) -> bool:
     try:
         import matplotlib
@@ -105,8 +110,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
 
     if "dispatch" in res:
         r = res["dispatch"]
-        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), "",
-              "| op | contender | µs/op | ops/s |", "|---|---|---|---|"]
+        L += _header(r) + ["| op | contender | µs/op | ops/s |", "|---|---|---|---|"]
         for row in r["rows"]:
             L.append(f"| {row['op']} | {row['contender']} | {_span(row['us_per_op'])} | "
                      f"{row['ops_per_s']:.0f} |")
@@ -115,19 +119,18 @@ def write(root: str, machine: dict, quick: bool) -> str:
         L.append("")
     if "roofline" in res:
         r = res["roofline"]
-        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), "",
-              "| what | dtype | GFLOP/s | fraction of peak |", "|---|---|---|---|"]
+        L += _header(r) + ["| what | dtype | GFLOP/s | fraction of peak |", "|---|---|---|---|"]
         for row in r["rows"]:
             L.append(f"| {row['what']} | {row['dtype']} | {row['gflops']:.1f} | "
                      f"{row['fraction']:.2f} |")
         L.append("")
     if "train_step" in res:
         r = res["train_step"]
-        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), "",
-              f"Batch {r.get('batch')} x sequence {r.get('seq')}; measured fp32 peak "
-              f"{_fmt(r.get('peak_gflops_fp32'))} GFLOP/s.", "",
-              "| model | contender | tokens/s | step s (median [min, max]) | MFU | vs CPU eager |",
-              "|---|---|---|---|---|---|"]
+        L += _header(r) + [
+            f"Batch {r.get('batch')} x sequence {r.get('seq')}; measured fp32 peak "
+            f"{_fmt(r.get('peak_gflops_fp32'))} GFLOP/s.", "",
+            "| model | contender | tokens/s | step s (median [min, max]) | MFU | vs CPU eager |",
+            "|---|---|---|---|---|---|"]
         for row in r["rows"]:
             if "error" in row:
                 L.append(f"| {row['model']} | {row['contender']} | error: {row['error'][:80]} | | | |")
@@ -151,7 +154,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
         L.append("")
     if "compile_time" in res:
         r = res["compile_time"]
-        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
+        L += _header(r)
         if r.get("error"):
             L += [f"Error: `{r['error'][-300:]}`", ""]
         if r.get("rows"):
@@ -163,7 +166,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
                       f"{r['compiles_per_step_after_first']}.", ""]
     if "memory" in res:
         r = res["memory"]
-        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
+        L += _header(r)
         if r.get("rows"):
             L += ["| contender | tokens | peak MB | params+grads+state MB | other MB | ratio |",
                   "|---|---|---|---|---|---|"]
@@ -175,7 +178,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L.append("")
     if "host_heap" in res:
         r = res["host_heap"]
-        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
+        L += _header(r)
         if r.get("rows"):
             L += ["| contender | TPUC_HOST_HEAP | step s (median [min, max]) | page faults / step "
                   "| RSS MB | system / auto |", "|---|---|---|---|---|---|"]
@@ -186,7 +189,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L.append("")
     if "op_profile" in res:
         r = res["op_profile"]
-        L += [f"## {r['title']}", "", f"Command: `{r['command']}`", "", r.get("notes", ""), ""]
+        L += _header(r)
         if r.get("rows"):
             L += [f"Batch {r.get('batch')} x {r.get('seq')}; all ops: tpu "
                   f"{r['total_tpu_ms']:.1f} ms, cpu {r['total_cpu_ms']:.1f} ms per step.", "",

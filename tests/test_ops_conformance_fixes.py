@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import tpuc  # noqa: F401  (registers "tpu")
+from tpu_testing import fallback_counts, new_fallbacks
 
 DEV = "tpu"
 
@@ -19,14 +20,6 @@ DEV = "tpu"
 @pytest.fixture(autouse=True)
 def seeded():
     torch.manual_seed(0)
-
-
-def _fallbacks() -> dict[str, int]:
-    return dict(torch.tpu.stats()["fallbacks"])
-
-
-def _new(before: dict[str, int]) -> list[str]:
-    return sorted(k for k, v in _fallbacks().items() if v > before.get(k, 0))
 
 
 def _bn_args(dev):
@@ -42,9 +35,9 @@ def _bn_args(dev):
 def test_batch_norm_save_stats(op, training):
     fn = getattr(torch.ops.aten, op)
     want = fn(*_bn_args("cpu"), training, 0.1, 1e-5)
-    before = _fallbacks()
+    before = fallback_counts()
     got = fn(*_bn_args(DEV), training, 0.1, 1e-5)
-    assert _new(before) == []
+    assert new_fallbacks(before) == []
     for g, w in zip(got, want):
         assert g.device.type == DEV and g.shape == w.shape and g.dtype == w.dtype
         torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5)
@@ -65,9 +58,9 @@ def test_batch_norm_eval_no_training_and_out():
                                              save_mean=outs[1], save_invstd=outs[2])
         return outs
 
-    before = _fallbacks()
+    before = fallback_counts()
     got = with_out(DEV)
-    assert _new(before) == []
+    assert new_fallbacks(before) == []
     for g, w in zip(got, with_out("cpu")):
         assert g.shape == w.shape
     torch.testing.assert_close(got[0].cpu(), with_out("cpu")[0])
@@ -83,10 +76,10 @@ def test_batch_norm_eval_module_backward():
     md.load_state_dict(m.state_dict())
     md = md.to(DEV)
     xd = x.detach().to(DEV).requires_grad_()
-    before = _fallbacks()
+    before = fallback_counts()
     yd = md(xd)
     gxd, gwd = torch.autograd.grad(yd.square().sum(), (xd, md.weight))
-    assert _new(before) == []
+    assert new_fallbacks(before) == []
     y = m(x)
     gx, gw = torch.autograd.grad(y.square().sum(), (x, m.weight))
     torch.testing.assert_close(yd.cpu(), y)
@@ -107,10 +100,10 @@ def test_conv_transpose2d_backward_output_padding(kw, shapes):
     gy = torch.randn_like(y)
     gx, gw = torch.autograd.grad(y, (x, w), gy)
     xd, wd = x.detach().to(DEV).requires_grad_(), w.detach().to(DEV).requires_grad_()
-    before = _fallbacks()
+    before = fallback_counts()
     yd = F.conv_transpose2d(xd, wd, **kw)
     gxd, gwd = torch.autograd.grad(yd, (xd, wd), gy.to(DEV))
-    assert _new(before) == []
+    assert new_fallbacks(before) == []
     torch.testing.assert_close(yd.cpu(), y, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(gxd.cpu(), gx, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(gwd.cpu(), gw, rtol=1e-4, atol=1e-4)
@@ -121,9 +114,9 @@ def test_erfinv_float32_near_one():
     near = 1 - torch.arange(1, 2000, dtype=torch.float64) * 2.0 ** -24
     x = torch.cat([near, -near, torch.linspace(-0.999, 0.999, 20001, dtype=torch.float64)]).float()
     x = torch.cat([x, torch.tensor([1.0, -1.0, 0.0, -0.0, 1.5, float("nan")])])
-    before = _fallbacks()
+    before = fallback_counts()
     got = torch.erfinv(x.to(DEV)).cpu()
-    assert _new(before) == []
+    assert new_fallbacks(before) == []
     want = torch.erfinv(x)
     exact = torch.erfinv(x.double())
     torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5, equal_nan=True)

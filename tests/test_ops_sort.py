@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import tpuc  # noqa: F401  (registers "tpu")
+from tpu_testing import fallback_counts, new_fallbacks
 
 DEV = "tpu"
 F32, BF16, F16, F64 = torch.float32, torch.bfloat16, torch.float16, torch.float64
@@ -20,14 +21,6 @@ I64, I32, U8, BOOL = torch.int64, torch.int32, torch.uint8, torch.bool
 @pytest.fixture(autouse=True)
 def seeded():
     torch.manual_seed(0)
-
-
-def _fallbacks() -> dict[str, int]:
-    return dict(torch.tpu.stats()["fallbacks"])
-
-
-def _new(before: dict[str, int]) -> list[str]:
-    return sorted(k for k, v in _fallbacks().items() if v > before.get(k, 0))
 
 
 def _flat(x) -> list:
@@ -40,11 +33,11 @@ def run_both(fn, *inputs):
     """fn on the CPU inputs and on tpu copies; asserts nothing fell back;
     returns (tpu results on the CPU, CPU results), flattened."""
     ins_d = [x.to(DEV) if isinstance(x, torch.Tensor) else x for x in inputs]
-    before = _fallbacks()
+    before = fallback_counts()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = fn(*ins_d)
-        fell = _new(before)
+        fell = new_fallbacks(before)
     assert fell == [], f"fell back to the CPU: {fell}"
     want = fn(*inputs)
     gots, wants = _flat(got), _flat(want)
@@ -223,11 +216,11 @@ def grads(fn, x, seed_grad=True):
     xc = x.clone().requires_grad_()
     xd = x.to(DEV).requires_grad_()
     want = torch.autograd.grad(loss(xc, "cpu"), xc)[0]
-    before = _fallbacks()
+    before = fallback_counts()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = torch.autograd.grad(loss(xd, DEV), xd)[0]
-        fell = _new(before)
+        fell = new_fallbacks(before)
     assert fell == [], f"fell back to the CPU: {fell}"
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 

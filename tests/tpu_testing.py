@@ -43,3 +43,13 @@ def assert_same(tpu: torch.Tensor, ref: torch.Tensor, **tol: float) -> None:
         torch.testing.assert_close(got, ref, **tol)
     else:
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def fallback_counts() -> dict[str, int]:
+    """CPU fallbacks so far, op name -> calls (torch.tpu.stats()["fallbacks"])."""
+    return dict(torch.tpu.stats()["fallbacks"])
+
+
+def new_fallbacks(before: dict[str, int]) -> list[str]:
+    """The ops that fell back since `before` (a fallback_counts())."""
+    return sorted(k for k, v in fallback_counts().items() if v > before.get(k, 0))

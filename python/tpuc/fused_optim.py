@@ -27,6 +27,27 @@ _lib: Optional[torch.library.Library] = None
 Lists = tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor], list[Tensor]]
 
 
+def _grads_in(params: list[Tensor], grads: list[Tensor], lr: Union[float, Tensor],
+              grad_scale: Optional[Tensor], maximize: bool):
+    """(lr on the params' device, the unscaled grads to write back, the grads the
+    update follows: negated with maximize)."""
+    if isinstance(lr, Tensor):
+        lr = lr.to(params[0].device)
+    unscaled = list(grads)
+    if grad_scale is not None:
+        unscaled = list(torch._foreach_div(grads, grad_scale.to(params[0].device)))
+    return lr, unscaled, list(torch._foreach_neg(unscaled)) if maximize else unscaled
+
+
+def _unless_inf(found_inf: Optional[Tensor], olds: tuple, news: tuple) -> tuple:
+    """`news`, or `olds` everywhere when found_inf is 1 (decided on the device)."""
+    if found_inf is None:
+        return news
+    skip = found_inf.to(olds[0][0].device) == 1
+    return tuple([torch.where(skip, o, n) for o, n in zip(old, new)]
+                 for old, new in zip(olds, news))
+
+
 def _adam_math(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor],
                exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor],
                state_steps: list[Tensor], lr: Union[float, Tensor], beta1: float,
@@ -36,12 +57,7 @@ def _adam_math(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor]
     """New (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs); inputs untouched."""
     if not params:
         return [], [], [], [], []
-    if isinstance(lr, Tensor):
-        lr = lr.to(params[0].device)
-    new_grads = list(grads)
-    if grad_scale is not None:
-        new_grads = list(torch._foreach_div(grads, grad_scale.to(params[0].device)))
-    g = list(torch._foreach_neg(new_grads)) if maximize else new_grads
+    lr, new_grads, g = _grads_in(params, grads, lr, grad_scale, maximize)
     p = list(params)
     if weight_decay != 0:
         if decoupled:
@@ -60,13 +76,8 @@ def _adam_math(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor]
                                                   bc2_sqrt), eps)
     neg_step = torch._foreach_mul(torch._foreach_reciprocal(neg_bc1), lr)  # -lr / (1 - beta1^t)
     p = list(torch._foreach_add(p, torch._foreach_mul(torch._foreach_div(m, denom), neg_step)))
-    out: Lists = (p, new_grads, m, v, vmax)
-    if found_inf is not None:
-        skip = found_inf.to(params[0].device) == 1
-        olds = (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
-        out = tuple([torch.where(skip, o, n) for o, n in zip(old, new)]  # type: ignore[assignment]
-                    for old, new in zip(olds, out))
-    return out
+    return _unless_inf(found_inf, (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs),
+                       (p, new_grads, m, v, vmax))  # type: ignore[return-value]
 
 
 def _sgd_math(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor],
@@ -76,12 +87,7 @@ def _sgd_math(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor],
     """New (params, grads, momentum buffers) of SGD; inputs untouched."""
     if not params:
         return [], [], []
-    if isinstance(lr, Tensor):
-        lr = lr.to(params[0].device)
-    new_grads = list(grads)
-    if grad_scale is not None:
-        new_grads = list(torch._foreach_div(grads, grad_scale.to(params[0].device)))
-    g = list(torch._foreach_neg(new_grads)) if maximize else new_grads
+    lr, new_grads, g = _grads_in(params, grads, lr, grad_scale, maximize)
     if weight_decay != 0:
         g = list(torch._foreach_add(g, params, alpha=weight_decay))
     new_bufs = list(bufs)
@@ -93,12 +99,7 @@ def _sgd_math(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor],
                                                alpha=1 - dampening))
         g = list(torch._foreach_add(g, new_bufs, alpha=momentum)) if nesterov else new_bufs
     p = list(torch._foreach_add(params, torch._foreach_mul(g, lr), alpha=-1))
-    out = (p, new_grads, new_bufs)
-    if found_inf is not None:
-        skip = found_inf.to(params[0].device) == 1
-        out = tuple([torch.where(skip, o, n) for o, n in zip(old, new)]
-                    for old, new in zip((params, grads, bufs), out))
-    return out
+    return _unless_inf(found_inf, (params, grads, bufs), (p, new_grads, new_bufs))
 
 
 def _pair(math, nlists: int, **fixed):
