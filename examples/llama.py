@@ -23,6 +23,12 @@ class LlamaConfig:
     rope_theta: float = 10000.0
 
 
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """Norms and rotations compute in float32 for 16-bit inputs, and in the input's own
+    precision when it is wider (a float64 model is a float64 computation throughout)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -30,7 +36,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
+        x32 = _at_least_float32(x)
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return normed.type_as(x) * self.weight
 
@@ -44,7 +50,7 @@ def rope_frequencies(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """x: (batch, seq, heads, head_dim); rotates pairs of features."""
-    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    xc = torch.view_as_complex(_at_least_float32(x).reshape(*x.shape[:-1], -1, 2))
     rotated = xc * freqs[: x.shape[1]].view(1, x.shape[1], 1, -1)
     return torch.view_as_real(rotated).flatten(3).type_as(x)
 

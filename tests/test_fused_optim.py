@@ -6,21 +6,25 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tpu_testing import assert_same, quiet_fallback_warnings  # noqa: F401
+from tpu_testing import assert_as_accurate, assert_same, quiet_fallback_warnings  # noqa: F401
 
 
 def _fallbacks() -> int:
     return sum(torch.tpu.stats()["fallbacks"].values())
 
 
-def _train(device: str, opt_cls, steps: int = 5, compile_step: bool = False, **kw):
+def _train(device: str, opt_cls, steps: int = 5, compile_step: bool = False,
+           dtype: torch.dtype = torch.float32, **kw):
+    """dtype float64 (on the CPU): the exact reference the float32 runs are measured against."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
-    model = model.to(device)
+    model = model.to(device, dtype)
+    if torch.is_tensor(kw.get("lr")):
+        kw = dict(kw, lr=kw["lr"].to(dtype))
     opt = opt_cls(model.parameters(), fused=True, **kw)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(16, 6, generator=g).to(device)
-    y = torch.randn(16, 3, generator=g).to(device)
+    x = torch.randn(16, 6, generator=g).to(device, dtype)
+    y = torch.randn(16, 3, generator=g).to(device, dtype)
 
     def step():
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -53,29 +57,38 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_fused_adam_matches_cpu(case: str, mode: str) -> None:
     opt_cls, kw = CASES[case]
-    ref_losses, ref_params, ref_opt = _train("cpu", opt_cls, **kw)
+    exact = _train("cpu", opt_cls, dtype=torch.float64, **kw)
+    ref = _train("cpu", opt_cls, **kw)
     before = _fallbacks()
     with torch.tpu.eager_mode(mode):
-        losses, params, opt = _train("tpu", opt_cls, **kw)
+        got = _train("tpu", opt_cls, **kw)
     assert _fallbacks() == before
-    torch.testing.assert_close(losses, ref_losses, rtol=1e-5, atol=1e-6)
-    for p, r in zip(params, ref_params):
-        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
-    for s, rs in zip(opt.state.values(), ref_opt.state.values()):
+    _assert_runs_agree(got, ref, exact)
+
+
+def _assert_runs_agree(got, ref, exact) -> None:
+    """Losses, parameters and optimizer state of a tpu run as accurate as the CPU's
+    float32 run, both measured against the CPU's float64 run."""
+    assert_as_accurate(torch.tensor(got[0]), torch.tensor(ref[0]), torch.tensor(exact[0],
+                       dtype=torch.float64))
+    for p, r, e in zip(got[1], ref[1], exact[1]):
+        assert p.dtype == r.dtype
+        assert_as_accurate(p, r, e)
+    for s, rs, es in zip(got[2].state.values(), ref[2].state.values(), exact[2].state.values()):
         for k in rs:
             if torch.is_tensor(rs[k]):
-                torch.testing.assert_close(s[k].cpu(), rs[k], rtol=1e-5, atol=1e-6)
+                assert s[k].device.type == "tpu" and s[k].dtype == rs[k].dtype
+                assert_as_accurate(s[k], rs[k], es[k])
 
 
 def test_fused_adamw_in_a_compiled_step() -> None:
-    ref_losses, ref_params, _ = _train("cpu", torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
+    kw = dict(lr=1e-2, weight_decay=0.1)
+    exact = _train("cpu", torch.optim.AdamW, dtype=torch.float64, **kw)
+    ref = _train("cpu", torch.optim.AdamW, **kw)
     before = _fallbacks()
-    losses, params, _ = _train("tpu", torch.optim.AdamW, compile_step=True, lr=1e-2,
-                               weight_decay=0.1)
+    got = _train("tpu", torch.optim.AdamW, compile_step=True, **kw)
     assert _fallbacks() == before
-    torch.testing.assert_close(losses, ref_losses, rtol=1e-5, atol=1e-6)
-    for p, r in zip(params, ref_params):
-        torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-6)
+    _assert_runs_agree(got, ref, exact)
 
 
 @pytest.mark.parametrize("found_inf", [0.0, 1.0])

@@ -2,9 +2,10 @@
 "tpu" exactly as on the CPU — in strict, debug and fused eager mode,
 with the model compiled by torch.compile(backend="tpu"), and with the whole
 training step (forward, backward, AdamW) compiled into one program whose
-parameters and optimizer state are donated: per-step losses within 1e-4
-(relative), the same parameters afterwards, no op leaving the device, and no
-compile once the loop is steady. Each run is a fresh process with an empty
+parameters and optimizer state are donated: per-step losses and the
+final parameters as close to a float64 CPU run as the CPU's own float32 run is
+(within a small factor, see `_within`), no op leaving the device, and no compile
+once the loop is steady. Each run is a fresh process with an empty
 compile cache, so the compile counts are real."""
 from __future__ import annotations
 
@@ -33,13 +34,26 @@ def _run(kind: str, mode: str, cache_dir: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+# float32's unit roundoff: the floor of any float32 result's relative error.
+F32_EPS = 2.0 ** -24
+
+
+def _within(tpu_err: float, cpu_err: float) -> bool:
+    """The device's float32 error against the float64 reference is at most 8 times
+    the CPU's float32 error (both are float32 evaluations of one computation in
+    different orders: their errors are of the same size, the factor covers the
+    spread between orders), or a few units of roundoff where the CPU happens to be
+    nearly exact."""
+    return tpu_err <= 8.0 * cpu_err + 64 * F32_EPS
+
+
 @pytest.mark.parametrize("mode", ["strict", "debug", "fused", "compile", "compile-step"])
 @pytest.mark.parametrize("kind", ["mlp", "transformer"])
 def test_training_matches_cpu(kind: str, mode: str, tmp_path) -> None:
     rep = _run(kind, mode, str(tmp_path))
     assert len(rep["tpu_losses"]) == 20
-    assert rep["max_rel_loss_diff"] < 1e-4, (rep["cpu_losses"], rep["tpu_losses"])
-    assert rep["max_rel_param_diff"] < 1e-3
+    assert _within(rep["tpu_loss_err"], rep["cpu_loss_err"]), rep
+    assert _within(rep["tpu_param_err"], rep["cpu_param_err"]), rep
     assert sum(rep["tpu_losses"][-4:]) < 0.9 * sum(rep["tpu_losses"][:4])  # it learns
     assert rep["fallbacks"] == {}, rep["fallbacks"]
     compiles = rep["compiles_per_step"]

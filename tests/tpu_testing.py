@@ -53,3 +53,27 @@ def fallback_counts() -> dict[str, int]:
 def new_fallbacks(before: dict[str, int]) -> list[str]:
     """The ops that fell back since `before` (a fallback_counts())."""
     return sorted(k for k, v in fallback_counts().items() if v > before.get(k, 0))
+
+
+def relative_error(x: torch.Tensor, exact: torch.Tensor) -> float:
+    """max |x - exact| relative to exact's largest magnitude (x and exact on the CPU)."""
+    exact = exact.double()
+    return ((x.double() - exact).abs().max() / exact.abs().max().clamp_min(1e-30)).item()
+
+
+def assert_as_accurate(tpu: torch.Tensor, cpu: torch.Tensor, exact: torch.Tensor,
+                       factor: float = 8.0, floor_ulps: float = 64.0) -> None:
+    """A bound derived from the computation itself, for results that rounding makes
+    chaotic (several optimizer steps, long reductions): `tpu` and `cpu` are the same
+    computation in the same low precision, `exact` the CPU's float64 result. The
+    device's error against `exact` must be at most `factor` times the CPU's own error
+    (two evaluation orders of one computation err by the same order of magnitude;
+    the factor covers the spread between orders), plus `floor_ulps` units of
+    roundoff where the CPU happens to be nearly exact. Holds on any CPU, because
+    the CPU's error is measured on the machine that runs the test."""
+    got = tpu.cpu() if tpu.device.type != "cpu" else tpu
+    assert got.shape == cpu.shape == exact.shape, (got.shape, cpu.shape, exact.shape)
+    eps = torch.finfo(cpu.dtype).eps / 2
+    e_dev, e_cpu = relative_error(got, exact), relative_error(cpu, exact)
+    assert e_dev <= factor * e_cpu + floor_ulps * eps, (
+        f"device error {e_dev:.3g} vs the CPU's {e_cpu:.3g} (float64 reference)")
