@@ -88,6 +88,8 @@ else:
         want = torch.maximum(ts[0].cpu(), ts[1].cpu())
         dp.all_reduce(ts, dist.ReduceOp.MAX)
         assert torch.equal(ts[1].cpu(), want)
+        dp.all_reduce(ts, dist.ReduceOp(dist.ReduceOp.SUM))  # the object c10d passes backends
+        assert torch.equal(ts[0].cpu(), 2 * want)
         with pytest.raises(dp.DevicePathError, match="host path"):
             dp.all_reduce(ts, dist.ReduceOp.BAND)
 

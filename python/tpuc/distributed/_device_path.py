@@ -148,6 +148,10 @@ def _device_index(d: torch.device) -> int:
 
 
 def _op_name(op) -> str:
+    """"sum", "avg", ... from a name, a ReduceOp.RedOpType or a ReduceOp object
+    (which c10d hands to backends; its type is in `.op`)."""
+    if not isinstance(op, str) and not hasattr(op, "name") and hasattr(op, "op"):
+        op = op.op
     name = op if isinstance(op, str) else getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
     name = str(name).lower()
     if name in ("premul_sum", "band", "bor", "bxor"):
@@ -277,7 +281,10 @@ def supported(group_devices: Iterable[torch.device | str | int]) -> bool:
         return False
     if not devs or len(set(devs)) != len(devs):
         return False
-    count = torch.tpu.device_count()
+    try:
+        count = torch.tpu.device_count()
+    except Exception:  # noqa: BLE001 - no device at all
+        return False
     if any(d < 0 or d >= count for d in devs):
         return False
     return _probe(devs)
