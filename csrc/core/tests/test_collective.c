@@ -306,6 +306,10 @@ static void test_all_reduce_every_op_and_dtype(void) {
     for (int k = 0; k < NDTYPES; k++)
       for (int op = TPUC_REDUCE_SUM; op <= TPUC_REDUCE_MAX; op++) {
         tpuc_dtype t = ALL_DTYPES[k];
+        /* every dtype on 2 participants; on 4, one of each family */
+        if (n == 4 && t != TPUC_F32 && t != TPUC_BF16 && t != TPUC_S64 && t != TPUC_U8 &&
+            t != TPUC_PRED && t != TPUC_C64)
+          continue;
         if (is_complex(t) && (op == TPUC_REDUCE_MIN || op == TPUC_REDUCE_MAX)) continue;
         if (t == TPUC_PRED && op == TPUC_REDUCE_AVG) continue;
         tpuc_collective_desc d = desc_of(TPUC_COLL_ALL_REDUCE, t, n == 4 ? SHUFFLED : IDENT, n, 2,
