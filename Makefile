@@ -22,7 +22,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
 
 BENCH ?= full
-BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile
+BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile,collectives_core
 
 setup: $(STAMP)
 
@@ -51,7 +51,7 @@ build/c-asan/build.ninja: $(VENV)/.deps
 	$(VENV)/bin/cmake -S . -B build/c-asan -G Ninja -DTPUC_BUILD_TESTS=ON -DTPUC_SANITIZE=ON \
 	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
 
-C_TESTS = test_runtime test_engine test_disk_cache
+C_TESTS = test_runtime test_engine test_disk_cache test_collective
 
 test-c: build/c/build.ninja $(STAMP)
 	$(VENV)/bin/ninja -C build/c

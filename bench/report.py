@@ -212,6 +212,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
                       f"{strict['step_s']['median_s']:.3f} s. On the XLA CPU plugin the ceiling "
                       f"for fused and compiled execution is set by XLA's matmuls, not by tpuc's "
                       f"dispatch.", ""]
+    if "collectives_core" in res:
+        L += _collectives_core_section(res["collectives_core"])
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]
@@ -219,3 +221,17 @@ def write(root: str, machine: dict, quick: bool) -> str:
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
     return path
+
+
+def _collectives_core_section(r: dict) -> list[str]:
+    """The C core's collective path (bench/cases/collectives_core.py)."""
+    L = _header(r)
+    if not r.get("rows"):
+        return L + [f"error: {r.get('error')}", ""]
+    L += ["| collective | devices | bytes | contender | µs | algbw GB/s | busbw GB/s | vs host |",
+          "|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        vs = f"{row['vs_host']:.2f}x" if "vs_host" in row else ""
+        L.append(f"| {row['collective']} | {row['n']} | {row['bytes']} | {row['contender']} | "
+                 f"{_span(row['us'])} | {row['algbw_gbs']:.2f} | {row['busbw_gbs']:.2f} | {vs} |")
+    return L + [""]

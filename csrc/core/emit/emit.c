@@ -291,6 +291,22 @@ static void put_int_extreme(sb *b, tpuc_dtype d, bool lowest) {
   else sb_printf(b, "%lld", lowest ? -(1ll << (bits - 1)) : (1ll << (bits - 1)) - 1);
 }
 
+/* replica_groups (and a channel handle) of a collective node: attributes
+ * [ngroups, group_size, channel, dim_a, dim_b, groups...] (ir/collective.c). */
+static void put_replica_groups(sb *b, const ir_node *n) {
+  int ng = (int)n->a[0], gs = (int)n->a[1];
+  sb_printf(b, "replica_groups = dense<[");
+  for (int i = 0; i < ng; i++) {
+    sb_printf(b, "%s[", i ? ", " : "");
+    put_i64s(b, n->a + 5 + i * gs, gs);
+    sb_printf(b, "]");
+  }
+  sb_printf(b, "]> : tensor<%dx%dxi64>", ng, gs);
+  if (n->a[2] > 0)
+    sb_printf(b, ", channel_handle = #stablehlo.channel_handle<handle = %lld, type = 1>",
+              (long long)n->a[2]);
+}
+
 static void emit_node(sb *b, const ir_graph *g, tv v) {
   const ir_node *n = &g->nodes[v];
   if (n->kind == N_PARAM || n->kind == N_GET) return;
@@ -580,6 +596,58 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
       sb_printf(b, "\"stablehlo.rng_bit_generator\"");
       put_operands(b, g, n);
       sb_printf(b, " {rng_algorithm = #stablehlo<rng_algorithm PHILOX>}");
+      break;
+    case N_ALL_REDUCE:
+      sb_printf(b, "\"stablehlo.all_reduce\"");
+      put_operands(b, g, n);
+      sb_printf(b, " ");
+      put_combiner(b, t0->dtype, n->sub);
+      sb_printf(b, " {");
+      put_replica_groups(b, n);
+      sb_printf(b, "}");
+      break;
+    case N_REDUCE_SCATTER:
+      sb_printf(b, "\"stablehlo.reduce_scatter\"");
+      put_operands(b, g, n);
+      sb_printf(b, " ");
+      put_combiner(b, t0->dtype, n->sub);
+      sb_printf(b, " {scatter_dimension = %lld : i64, ", (long long)n->a[3]);
+      put_replica_groups(b, n);
+      sb_printf(b, "}");
+      break;
+    case N_ALL_GATHER:
+      sb_printf(b, "\"stablehlo.all_gather\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {all_gather_dim = %lld : i64, ", (long long)n->a[3]);
+      put_replica_groups(b, n);
+      sb_printf(b, "}");
+      break;
+    case N_ALL_TO_ALL:
+      sb_printf(b, "\"stablehlo.all_to_all\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {split_dimension = %lld : i64, concat_dimension = %lld : i64, split_count = "
+                   "%lld : i64, ",
+                (long long)n->a[3], (long long)n->a[4], (long long)n->a[1]);
+      put_replica_groups(b, n);
+      sb_printf(b, "}");
+      break;
+    case N_PERMUTE: {
+      int np = (int)n->a[0];
+      sb_printf(b, "\"stablehlo.collective_permute\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {source_target_pairs = dense<[");
+      for (int i = 0; i < np; i++)
+        sb_printf(b, "%s[%lld, %lld]", i ? ", " : "", (long long)n->a[2 + 2 * i],
+                  (long long)n->a[3 + 2 * i]);
+      sb_printf(b, "]> : tensor<%dx2xi64>", np);
+      if (n->a[1] > 0)
+        sb_printf(b, ", channel_handle = #stablehlo.channel_handle<handle = %lld, type = 1>",
+                  (long long)n->a[1]);
+      sb_printf(b, "}");
+      break;
+    }
+    case N_REPLICA_ID:
+      sb_printf(b, "\"stablehlo.replica_id\"()");
       break;
     default:
       break;

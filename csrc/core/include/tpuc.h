@@ -364,6 +364,111 @@ void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);
 size_t tpuc_recompile_reasons(tpuc_runtime *rt, char *buf, size_t n);
 int64_t tpuc_recompile_count(tpuc_runtime *rt);
 
+/* ---- replicated programs ------------------------------------------------
+ * One program run on several devices of the client in one launch: replica r
+ * runs on devices[r]. This is what StableHLO collectives (all_reduce, ...)
+ * need: on TPU they travel over ICI, on GPU through NCCL, and on the XLA CPU
+ * plugin between the devices of one process (TPUC_CPU_DEVICE_COUNT=N). */
+
+/* Compiles `mlir` for ndevices replicas with replica r on devices[r] (local
+ * indices, each at most once), through the same caches as tpuc_compile. */
+tpuc_status *tpuc_compile_replicated(tpuc_runtime *rt, const char *mlir, size_t len,
+                                     const int *devices, int ndevices, tpuc_executable **out);
+/* Runs a replicated executable on the devices it was compiled for, given in
+ * the same order. args holds ndevices rows of nargs buffers (row r on
+ * devices[r]); outs receives ndevices rows of num_outputs new buffers (one
+ * reference each), row r on devices[r]. Asynchronous unless `wait`. */
+tpuc_status *tpuc_execute_replicated(tpuc_executable *e, const int *devices, int ndevices,
+                                     tpuc_buffer *const *args, int nargs, tpuc_buffer **outs,
+                                     bool wait);
+
+/* ---- collectives -----------------------------------------------------------
+ * A collective over participants devices[0..ndevices-1] (their rank order),
+ * compiled once per (kind, reduction, dtype, shape, devices, groups) as one
+ * replicated program; then run any number of times, from any thread.
+ *
+ * Groups: with group_size 0 every participant is in one group; otherwise
+ * participants form consecutive groups of group_size (ranks 0..k-1, k..2k-1,
+ * ...), and the collective runs inside each group ("rank" below is the rank
+ * within the group). Every participant passes an input of the same dtype and
+ * shape (desc.dtype, desc.dims).
+ *
+ *   ALL_REDUCE      out = reduce(inputs of the group), the input's shape
+ *   ALL_GATHER      out = the group's inputs concatenated along `dim`
+ *   REDUCE_SCATTER  the all_reduce split along `dim` into group_size blocks;
+ *                   rank k gets block k (dims[dim] must divide)
+ *   ALL_TO_ALL      input split along `dim` into group_size blocks, block j
+ *                   sent to rank j; received blocks concatenated along
+ *                   `concat_dim` in rank order
+ *   PERMUTE         (source, target) rank pairs, each rank at most once as a
+ *                   source and once as a target: target gets source's input,
+ *                   a rank no pair targets gets zeros (send/recv)
+ *   BROADCAST       every rank gets rank `root`'s input, bit for bit
+ *
+ * Reductions run in the input dtype (as NCCL and XLA do: bf16 sums round in
+ * bf16). AVG is SUM then a division by the group size (integers: truncated);
+ * bool takes SUM/MAX as or, PRODUCT/MIN as and; complex has no MIN/MAX. */
+typedef enum {
+  TPUC_COLL_ALL_REDUCE = 0,
+  TPUC_COLL_ALL_GATHER,
+  TPUC_COLL_REDUCE_SCATTER,
+  TPUC_COLL_ALL_TO_ALL,
+  TPUC_COLL_PERMUTE,
+  TPUC_COLL_BROADCAST
+} tpuc_collective_kind;
+
+typedef enum {
+  TPUC_REDUCE_SUM = 0,
+  TPUC_REDUCE_AVG,
+  TPUC_REDUCE_PRODUCT,
+  TPUC_REDUCE_MIN,
+  TPUC_REDUCE_MAX
+} tpuc_reduce_op;
+
+typedef struct {
+  tpuc_collective_kind kind;
+  tpuc_reduce_op op;  /* ALL_REDUCE, REDUCE_SCATTER */
+  int dim;            /* ALL_GATHER, REDUCE_SCATTER; ALL_TO_ALL: the split dim */
+  int concat_dim;     /* ALL_TO_ALL */
+  int root;           /* BROADCAST: a rank within the group */
+  const int *pairs;   /* PERMUTE: npairs (source, target) rank pairs */
+  int npairs;
+  int group_size;     /* 0: one group of all participants */
+  const int *devices; /* the participants (local device indices), in rank order */
+  int ndevices;
+  tpuc_dtype dtype;   /* every participant's input */
+  int ndim;
+  const int64_t *dims;
+} tpuc_collective_desc;
+
+typedef struct tpuc_collective tpuc_collective;
+
+/* Validates the description (a clear INVALID_ARGUMENT otherwise; a dtype or
+ * reduction the plugin cannot run is UNIMPLEMENTED or COMPILE) and compiles
+ * the program (cached: a second create of the same collective compiles
+ * nothing). */
+tpuc_status *tpuc_collective_create(tpuc_runtime *rt, const tpuc_collective_desc *desc,
+                                    tpuc_collective **out);
+void tpuc_collective_destroy(tpuc_collective *c);
+/* Every participant's output: dtype (the input's), rank and dims. */
+int tpuc_collective_output_ndim(const tpuc_collective *c);
+const int64_t *tpuc_collective_output_dims(const tpuc_collective *c);
+/* Runs on dense buffers: inputs[r] on devices[r] with the input's dtype and
+ * shape; outputs[r] receives a new buffer (one reference) on devices[r].
+ * Asynchronous unless `wait`. */
+tpuc_status *tpuc_collective_run(tpuc_collective *c, tpuc_buffer *const *inputs,
+                                 tpuc_buffer **outputs, bool wait);
+/* The same on tensors (strided views of storages, as PyTorch's): reads
+ * inputs[r] (any strides and offset; storage on devices[r]) and writes
+ * outputs[r] (sizes = the output's dims, dtype = the input's; may be the
+ * input itself for in-place collectives, or any view). Pending fused ops on
+ * these storages run first. */
+tpuc_status *tpuc_collective_run_tensors(tpuc_collective *c, const tpuc_tensor *inputs,
+                                         const tpuc_tensor *outputs, bool wait);
+/* The runtime a storage belongs to (for clients that hold only storages,
+ * such as Python code reaching a PyTorch tensor's storage). */
+tpuc_runtime *tpuc_storage_runtime(const tpuc_storage *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -688,3 +688,9 @@ void ir_output(ir_graph *g, tv v) {
 
 int ir_num_params(const ir_graph *g) { return g->nparams; }
 int ir_num_outputs(const ir_graph *g) { return g->nout; }
+
+/* For builders in other files of ir/ (collective.c). */
+tv ir_node_add(ir_graph *g, int kind, int sub, ir_type type, const tv *ops, int nops,
+               const int64_t *a, int na) {
+  return add(g, (ir_kind)kind, sub, type, ops, nops, a, na);
+}

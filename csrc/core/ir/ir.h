@@ -154,6 +154,34 @@ void ir_sort(ir_graph *g, tv x, int dim, bool descending, tv *sorted, tv *indice
  * u64 bits of `shape` (dtype u32 / u64) and the new state. */
 void ir_rng_bits(ir_graph *g, tv state, ir_type bits_type, tv *bits, tv *new_state);
 
+/* ---- collectives ----
+ * For programs compiled for several replicas (tpuc_compile_replicated): each
+ * replica runs the same program on its own device, and these ops exchange
+ * data between them. `groups` lists ngroups x group_size replica ids (the
+ * StableHLO replica_groups); channel > 0 emits a channel handle with that id
+ * (cross-replica-and-partition mode), 0 none (cross-replica mode). */
+typedef struct {
+  const int64_t *groups; /* ngroups * group_size replica ids, row-major */
+  int ngroups, group_size;
+  int64_t channel;
+} ir_replica_groups;
+
+/* Elementwise reduction of x across each group (same type as x). */
+tv ir_all_reduce(ir_graph *g, tv x, ir_reducer r, const ir_replica_groups *rg);
+/* The group's values concatenated along `dim` in group order. */
+tv ir_all_gather(ir_graph *g, tv x, int dim, const ir_replica_groups *rg);
+/* The all_reduce split along `dim` into group_size blocks; replica k of a
+ * group gets block k. dims[dim] must divide by group_size. */
+tv ir_reduce_scatter(ir_graph *g, tv x, int dim, ir_reducer r, const ir_replica_groups *rg);
+/* x split along split_dim into group_size blocks, block j sent to member j;
+ * the received blocks are concatenated along concat_dim in member order. */
+tv ir_all_to_all(ir_graph *g, tv x, int split_dim, int concat_dim, const ir_replica_groups *rg);
+/* (source, target) replica pairs, each source and each target at most once;
+ * a replica no pair targets receives zeros. */
+tv ir_collective_permute(ir_graph *g, tv x, const int64_t *pairs, int npairs, int64_t channel);
+/* This replica's id, a rank-0 ui32. */
+tv ir_replica_id(ir_graph *g);
+
 /* ---- the function ---- */
 void ir_output(ir_graph *g, tv v); /* results, in order */
 /* Lets result `output_index` reuse parameter `param`'s buffer when the caller

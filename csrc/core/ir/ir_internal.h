@@ -9,7 +9,9 @@ typedef enum {
   N_PARAM, N_SPLAT, N_SPLAT_I64, N_CONST_I64S, N_IOTA, N_UNARY, N_BINARY, N_COMPARE, N_SELECT,
   N_CLAMP, N_CONVERT, N_BITCAST, N_RESHAPE, N_TRANSPOSE, N_BROADCAST, N_SLICE, N_CONCAT, N_PAD,
   N_REVERSE, N_DSLICE, N_DUS, N_REDUCE, N_ARGREDUCE, N_REDUCE_WINDOW, N_DOT, N_CONV, N_GATHER,
-  N_SCATTER, N_SORT, N_RNG, N_GET
+  N_SCATTER, N_SORT, N_RNG, N_GET,
+  /* collectives (ir_collective.c) */
+  N_ALL_REDUCE, N_ALL_GATHER, N_REDUCE_SCATTER, N_ALL_TO_ALL, N_PERMUTE, N_REPLICA_ID
 } ir_kind;
 
 typedef struct {
@@ -35,5 +37,9 @@ struct ir_graph {
   int nparams;
   char *error;
 };
+
+/* ir.c: appends a node (operands and attributes copied); IR_NONE on error. */
+tv ir_node_add(ir_graph *g, int kind, int sub, ir_type type, const tv *ops, int nops,
+               const int64_t *a, int na);
 
 #endif

@@ -138,6 +138,7 @@ typedef enum {
   PJ_SLOT_EXECUTABLE_SERIALIZE = 49,
   PJ_SLOT_LOADED_EXECUTABLE_DESTROY = 50,
   PJ_SLOT_LOADED_EXECUTABLE_GET_EXECUTABLE = 51,
+  PJ_SLOT_LOADED_EXECUTABLE_ADDRESSABLE_DEVICES = 52,
   PJ_SLOT_LOADED_EXECUTABLE_EXECUTE = 55,
   PJ_SLOT_EXECUTABLE_DESERIALIZE_AND_LOAD = 56,
   PJ_SLOT_BUFFER_DESTROY = 58,
@@ -292,6 +293,12 @@ typedef struct { PJ_HEADER; pj_loaded_executable *executable; } pj_loaded_execut
 typedef struct {
   PJ_HEADER; pj_loaded_executable *loaded_executable; pj_executable *executable;
 } pj_loaded_executable_get_executable_args;
+typedef struct {
+  PJ_HEADER;
+  pj_loaded_executable *executable;
+  pj_device *const *addressable_devices; /* out, owned by the executable */
+  size_t num_addressable_devices;        /* out */
+} pj_loaded_executable_addressable_devices_args;
 
 typedef struct {
   PJ_HEADER;

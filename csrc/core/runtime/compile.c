@@ -18,7 +18,7 @@
  * A portable executable is not bound to a device: tpuc picks the device at
  * execution time, so one executable serves every device of the client. */
 typedef struct {
-  unsigned char bytes[64];
+  unsigned char bytes[TPUC_COMPILE_OPTIONS_MAX];
   size_t len;
 } proto_buf;
 
@@ -277,11 +277,24 @@ static tpuc_status *wrap_executable(tpuc_runtime *rt, pj_loaded_executable *exe,
 }
 
 tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *text, size_t len, tpuc_executable **out) {
+  proto_buf opts;
+  encode_compile_options(&opts, 1, 1, true);
+  return tpuc_compile_with_options(rt, text, len, opts.bytes, opts.len, out);
+}
+
+tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_t len,
+                                       const unsigned char *opt_bytes, size_t opt_len,
+                                       tpuc_executable **out) {
   *out = NULL;
   if (!text || !len)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tpuc_compile: empty program");
   proto_buf opts;
-  encode_compile_options(&opts, 1, 1, true);
+  if (opt_len > sizeof opts.bytes)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "compile options of %zu bytes (at most %zu)", opt_len,
+                            sizeof opts.bytes);
+  memcpy(opts.bytes, opt_bytes, opt_len);
+  opts.len = opt_len;
   uint64_t key = program_key(rt, text, len, &opts);
 
   pthread_mutex_lock(&rt->cache_lock);

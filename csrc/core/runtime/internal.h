@@ -146,6 +146,14 @@ tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *
  * (a program's scratch memory): only the peak can change. */
 void tpuc_runtime_note_transient(tpuc_runtime *rt, int device, int64_t transient);
 
+/* tpuc_compile with hand-encoded xla.CompileOptionsProto bytes (at most
+ * TPUC_COMPILE_OPTIONS_MAX), through the same memory and disk caches; the
+ * options are part of the cache key. */
+#define TPUC_COMPILE_OPTIONS_MAX 4096
+tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_t len,
+                                       const unsigned char *opt_bytes, size_t opt_len,
+                                       tpuc_executable **out);
+
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
 void tpuc_cache_clear(tpuc_runtime *rt);
