@@ -20,8 +20,8 @@ it provides and why:
   ``distributed_c10d._set_pg_timeout``; the shim is skipped on a torch that has the function.
 - Process-group backend: TorchTitan asks ``Backend.default_device_backend_map["tpu"]`` (else
   "nccl"). tpuc's c10d backend ``tpu_dist`` fills it when registered. Without it, a
-  one-process run maps "tpu" to "gloo": at world size 1 TorchTitan issues no device
-  collective (only a host barrier), so gloo serves; more processes raise a clear error.
+  one-process run maps "tpu" to :mod:`.loopback` (world size 1: every collective is an
+  identity on the device; gloo refuses "tpu" tensors); more processes raise a clear error.
 - Peak FLOPs for the MFU log: TorchTitan's ``get_peak_flops`` knows NVIDIA/AMD/Intel/Neuron
   names only and answers A100's 312 TFLOPS for anything else. tpuc answers the TPU
   generation's published bf16 peak when the plugin names one, else a measured matmul peak
@@ -96,8 +96,10 @@ def select_backend(world_size: Optional[int] = None) -> str:
     if tpu_dist_registered():
         m["tpu"] = TPU_DIST
     elif world_size == 1:
-        # One process: TorchTitan's only collective is set_pg_timeouts' barrier (host side).
-        m["tpu"] = "gloo"
+        # One process (FSDP on a one-rank mesh, DTensor's RNG broadcast): identities.
+        from . import loopback
+
+        m["tpu"] = loopback.register()
     else:
         raise RuntimeError(
             f"tpuc: {world_size} processes on 'tpu' need the c10d backend '{TPU_DIST}', which "
