@@ -131,11 +131,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, labels, chunk, ignore_index):
         n = h.shape[0]
-        lse = torch.empty(n, dtype=torch.float32, device=h.device)
-        total = torch.zeros((), dtype=torch.float32, device=h.device)
+        acc = torch.promote_types(h.dtype, torch.float32)  # bf16/f16 logits in f32
+        lse = torch.empty(n, dtype=acc, device=h.device)
+        total = torch.zeros((), dtype=acc, device=h.device)
         for s in range(0, n, chunk):
             hc, lc = h[s:s + chunk], labels[s:s + chunk]
-            logits = (hc @ weight.t()).float()
+            logits = (hc @ weight.t()).to(acc)
             lse_c = torch.logsumexp(logits, dim=-1)
             valid = lc != ignore_index
             tgt = logits.gather(1, torch.where(valid, lc, 0).unsqueeze(1)).squeeze(1)
@@ -150,12 +151,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
         h, weight, labels, lse = ctx.saved_tensors
         chunk, ignore_index = ctx.chunk, ctx.ignore_index
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
+        acc = lse.dtype
+        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) \
             if ctx.needs_input_grad[1] else None
-        g = grad_total.float()
+        g = grad_total.to(acc)
         for s in range(0, h.shape[0], chunk):
             hc, lc = h[s:s + chunk], labels[s:s + chunk]
-            logits = (hc @ weight.t()).float()
+            logits = (hc @ weight.t()).to(acc)
             p = torch.exp(logits - lse[s:s + chunk].unsqueeze(1))
             valid = lc != ignore_index
             onehot = F.one_hot(torch.where(valid, lc, 0), p.shape[1]).to(p.dtype)
@@ -163,7 +165,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if grad_h is not None:
                 grad_h[s:s + chunk] = (d.to(weight.dtype) @ weight).to(h.dtype)
             if grad_w is not None:
-                grad_w += d.t() @ hc.float()
+                grad_w += d.t() @ hc.to(acc)
         return grad_h, (grad_w.to(weight.dtype) if grad_w is not None else None), None, None, None
 
 
