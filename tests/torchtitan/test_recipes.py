@@ -83,7 +83,7 @@ def _train(make, masks, batch, device, dtype, steps):
 
 RECIPES = [
     # (module, flavor, layers kept, batch, seq, steps)
-    ("llama3", "debugmodel", None, 2, 64, 3),
+    ("llama3", "debugmodel", 2, 2, 32, 3),
     ("qwen3", "debugmodel", 2, 1, 32, 3),
     ("qwen3", "debugmodel_moe", 1, 1, 16, 3),
 ]
