@@ -24,7 +24,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: titan-setup
 
 BENCH ?= full
-BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile
+BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile,torchtitan
 
 setup: $(STAMP)
 
