@@ -82,7 +82,7 @@ demo: $(STAMP)
 	$(PY) examples/train_transformer.py --device tpu --steps 300
 
 # Benchmarks: `make bench` (under 20 minutes) or `make bench BENCH=quick`.
-bench: $(STAMP)
+bench: $(STAMP) $(VENV)/.deps-titan
 	$(PY) -m bench.run --cases $(BENCH_CASES) $(if $(filter quick,$(BENCH)),--quick,)
 
 bench-check:
