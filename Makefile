@@ -10,6 +10,7 @@
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
+# make titan-setup  torchtitan 0.3.0 (+ triton, datasets<4.8) into .venv, torch kept at 2.13.0
 
 PYTHON ?= python3
 VENV   := .venv
@@ -20,9 +21,11 @@ PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
+.PHONY: titan-setup
 
 BENCH ?= full
-BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile,collectives_core
+# every case bench/run.py lists (its CASES), unless BENCH_CASES names some
+BENCH_CASES ?=
 
 setup: $(STAMP)
 
@@ -62,7 +65,15 @@ test-c-asan: build/c-asan/build.ninja $(STAMP)
 	@for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; \
 	  TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/core/tests/lsan.supp build/c-asan/csrc/core/$$t || exit 1; done
 
-test-py: $(STAMP) $(VENV)/.deps-test
+# TorchTitan 0.3.0 and what it imports (triton: unconditionally; never run on "tpu"), torch
+# pinned by the constraints file (docs/torchtitan.md). tests/torchtitan skip without it.
+$(VENV)/.deps-titan: $(VENV)/.deps python/tpuc/integrations/torchtitan/constraints.txt
+	$(PIP) install -q -c python/tpuc/integrations/torchtitan/constraints.txt torchtitan==0.3.0 triton==3.6.0
+	touch $@
+
+titan-setup: $(VENV)/.deps-titan
+
+test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 	$(PY) -m pytest -q tests
 
 test: test-c test-c-asan test-py
@@ -72,8 +83,8 @@ demo: $(STAMP)
 	$(PY) examples/train_transformer.py --device tpu --steps 300
 
 # Benchmarks: `make bench` (under 20 minutes) or `make bench BENCH=quick`.
-bench: $(STAMP)
-	$(PY) -m bench.run --cases $(BENCH_CASES) $(if $(filter quick,$(BENCH)),--quick,)
+bench: $(STAMP) $(VENV)/.deps-titan
+	$(PY) -m bench.run $(if $(BENCH_CASES),--cases $(BENCH_CASES),) $(if $(filter quick,$(BENCH)),--quick,)
 
 bench-check:
 	$(PY) -m bench.check

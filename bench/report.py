@@ -82,6 +82,24 @@ def _plot_train(res: dict, path: str) -> bool:
     return True
 
 
+def _torchtitan_section(r: dict) -> list[str]:
+    """bench/cases/torchtitan.py: TorchTitan's llama3 debugmodel, and the loss swap's memory."""
+    L = _header(r) + [
+        f"{_fmt(r.get('params', 0) / 1e6)}M parameters, {r.get('tokens')} tokens per step; MFU "
+        f"against the measured matmul peak {_fmt(r.get('peak_gflops'))} GFLOP/s.", "",
+        "| contender | tokens/s | step s (median [min, max]) | MFU | peak MiB |", "|---|---|---|---|---|"]
+    cpu = next((x["tokens_per_s"] for x in r["rows"] if x["contender"] == "cpu eager"), None)
+    for x in r["rows"]:
+        s = x["step_s"]
+        rel = f" ({x['tokens_per_s'] / cpu:.2f}x CPU)" if cpu else ""
+        L.append(f"| {x['contender']} | {x['tokens_per_s']:.0f}{rel} | {_fmt(s['median'])} "
+                 f"[{_fmt(s['min'])}, {_fmt(s['max'])}] | {x['mfu']:.3f} | "
+                 f"{_fmt(x.get('peak_mib'))} |")
+    L += ["", "| loss (forward + backward on tpu) | peak MiB |", "|---|---|"]
+    L += [f"| {x['what']} | {x['peak_mib']:.1f} |" for x in r.get("loss_memory", [])]
+    return L + [""]
+
+
 def rewrite(root: str) -> str:
     """Renders docs/performance.md again from bench/results/ (no measuring)."""
     res = _load(root)
@@ -214,6 +232,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
                       f"dispatch.", ""]
     if "collectives_core" in res:
         L += _collectives_core_section(res["collectives_core"])
+    if "torchtitan" in res and res["torchtitan"].get("rows"):
+        L += _torchtitan_section(res["torchtitan"])
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]

@@ -17,8 +17,10 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_heap",
-         "op_profile"]
-CASES.append("collectives_core")
+         "op_profile",
+         "collectives_core",
+         "torchtitan",
+         ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -286,11 +286,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // CompositeExplicitAutograd ops that would otherwise decompose into
   // convolution_overrideable (whose default kernel throws): the boxed kernel
   // runs them by their own name (the core lowers both; the CPU has kernels).
+  // _grouped_mm (MoE experts): its composite splits into one mm per group
+  // with a data-dependent row count (a compile per routing); the core lowers
+  // it whole (lower/grouped_mm.c).
   // CompositeExplicitAutograd ops whose composite calls a CPU-only helper
   // without a Meta kernel (_cummax_helper, _logcumsumexp): taken whole, the
   // core lowers them. mode.values: its composite rejects devices other than
   // CPU/CUDA/XPU; the boxed kernel runs it (on the CPU).
   for (const char* name : {"convolution", "convolution_backward", "cummax", "cummax.out", "cummin",
-                           "cummin.out", "logcumsumexp", "logcumsumexp.out", "mode.values"})
+                           "cummin.out", "logcumsumexp", "logcumsumexp.out", "mode.values",
+                           "_grouped_mm"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());
 }

@@ -139,7 +139,23 @@ def get_device_properties(device: _DeviceLike = None) -> DeviceProperties:
         description=d["description"],
         id=d["id"],
         index=idx,
+        total_memory=_total_memory(rt["platform_name"], idx),
     )
+
+
+def _total_memory(platform: str, idx: int) -> int:
+    """The device's memory: PJRT's ``bytes_limit`` when the plugin reports one; on the
+    XLA CPU plugin (buffers are host memory) the host's physical memory. TorchTitan's
+    memory log divides by it."""
+    limit = int(_C._memory_stats(idx).get("bytes_limit", 0) or 0)
+    if limit > 0:
+        return limit
+    if platform.lower() == "cpu" and hasattr(os, "sysconf"):
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError):
+            return 0
+    return 0
 
 
 def _device_name(platform: str, kind: str) -> str:
