@@ -207,7 +207,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   "| contender | activation checkpointing | peak MB | step s |",
                   "|---|---|---|---|"]
             L += [f"| {row['contender']} | {'yes' if row['ac'] else 'no'} | "
-                  f"{row['peak_bytes'] / 1e6:.1f} | {_fmt(row['step_s'])} |"
+                  + (f"error: {row['error'][:80]} | |" if "error" in row else
+                     f"{row['peak_bytes'] / 1e6:.1f} | {_fmt(row['step_s'])} |")
                   for row in r["memory_rows"]]
             L.append("")
     if "op_profile" in res:

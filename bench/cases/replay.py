@@ -154,7 +154,13 @@ def run(quick: bool) -> dict:
         names.append("tpu fused")
     if compiled_available():
         names += ["tpu compiled, join", "tpu compiled, replay"]
-    mem = [_peak(cfg, n, ac, batch, seq) for ac in (False, True) for n in names]
+    mem = []
+    for ac in (False, True):
+        for n in names:
+            try:
+                mem.append(_peak(cfg, n, ac, batch, seq))
+            except Exception as e:  # reported, not hidden
+                mem.append({"contender": n, "ac": ac, "error": f"{type(e).__name__}: {e}"[:200]})
     return {
         "title": "Replay: the compiled step launched without recording its ops",
         "command": COMMAND,
