@@ -205,6 +205,30 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   f"{_fmt(row.get('system_over_auto'))}{'x' if 'system_over_auto' in row else ''} |"
                   for row in r["rows"]]
             L.append("")
+    if "replay" in res:
+        r = res["replay"]
+        L += _header(r)
+        if r.get("rows"):
+            L += [f"Batch {r.get('batch')} x sequence {r.get('seq')}.", "",
+                  "| model | contender | host µs per step | step s | vs CPU eager | vs fused |",
+                  "|---|---|---|---|---|---|"]
+            for row in r["rows"]:
+                h, st = row["host_us"], row["step_s"]
+                L.append(f"| {row['model']} ({row['params'] / 1e6:.1f}M) | {row['contender']} | "
+                         f"{h['median']:.0f} [{h['min']:.0f}, {h['max']:.0f}] | "
+                         f"{_fmt(st['median'])} [{_fmt(st['min'])}, {_fmt(st['max'])}] | "
+                         f"{_fmt(row['vs_cpu_eager'])}x | "
+                         f"{_fmt(row['vs_fused']) + 'x' if row.get('vs_fused') else ''} |")
+            L.append("")
+        if r.get("memory_rows"):
+            L += [f"Peak device memory ({r.get('memory_model')} model):", "",
+                  "| contender | activation checkpointing | peak MB | step s |",
+                  "|---|---|---|---|"]
+            L += [f"| {row['contender']} | {'yes' if row['ac'] else 'no'} | "
+                  + (f"error: {row['error'][:80]} | |" if "error" in row else
+                     f"{row['peak_bytes'] / 1e6:.1f} | {_fmt(row['step_s'])} |")
+                  for row in r["memory_rows"]]
+            L.append("")
     if "op_profile" in res:
         r = res["op_profile"]
         L += _header(r)

@@ -39,7 +39,9 @@ def test_forward_and_backward_match_cpu() -> None:
         cm(x.to("tpu")).square().sum().backward()
         counts.append(torch.tpu.stats())
     assert counts[2]["compiles"] == counts[1]["compiles"]
-    assert counts[2]["chunk_hits"] - s1["chunk_hits"] == 6
+    # (replayed graphs launch their kept program: no chunk is built for them)
+    assert (counts[2]["chunk_hits"] - s1["chunk_hits"]
+            + counts[2]["graph_replays"] - s1["graph_replays"]) == 6
 
 
 def test_inference_under_no_grad() -> None:

@@ -75,6 +75,10 @@ def test_whole_step_donation_saves_params_and_state() -> None:
     from llama import Llama, LlamaConfig
 
     peaks = {}
+    # the joined whole-step program (replay runs each graph as its own program,
+    # which donates the same buffers: tests/test_replay.py compares the counts)
+    torch.tpu.set_graph_replay("join")
+    torch._dynamo.reset()
     for on in (True, False):
         _C._set_donation(on)
         try:
@@ -104,6 +108,8 @@ def test_whole_step_donation_saves_params_and_state() -> None:
             del model, opt, step
         finally:
             _C._set_donation(True)
+    torch.tpu.set_graph_replay("replay")
+    torch._dynamo.reset()
     assert peaks[False] - peaks[True] >= 0.9 * rewritten, (peaks, rewritten)
 
 

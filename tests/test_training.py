@@ -65,11 +65,12 @@ def test_training_matches_cpu(kind: str, mode: str, tmp_path) -> None:
     if mode == "compile":
         assert rep["dynamo_compiles"] >= 2  # a forward and a backward graph
     if mode == "compile-step":
-        # forward, backward and AdamW are one program per step (plus the one-op
-        # gradient seed autograd makes between the forward and the backward) ...
+        # forward, backward and AdamW are replayed as one program each per step
+        # (plus the one-op gradient seed autograd makes between the forward and
+        # the backward; TPUC_GRAPH_REPLAY=join makes the three graphs one) ...
         ex = rep["executions_per_step"]
         per_step = [b - a for a, b in zip(ex[2:], ex[3:])]
-        assert all(n <= 2 for n in per_step), per_step
+        assert all(n <= 4 for n in per_step), per_step
         # ... and parameters and optimizer state are updated in place (donated)
         don = rep["donations_per_step"]
         n_params = rep["n_params"]

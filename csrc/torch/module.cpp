@@ -13,6 +13,10 @@
 namespace py = pybind11;
 using namespace tpuc_torch;
 
+namespace tpuc_torch {
+void register_replay(py::module_& m);  // replay.cpp: compiled graphs launched again
+}
+
 namespace {
 
 py::dict memory_stats(int device) {
@@ -177,6 +181,7 @@ PYBIND11_MODULE(_C, m) {
     if (tpuc_runtime* rt = runtime_or_null()) check(tpuc_flush(rt, device), "running fused ops");
   }, py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
 
+  register_replay(m);
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(generator(device)));
   });

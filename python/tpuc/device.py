@@ -322,6 +322,7 @@ def stats() -> dict[str, Any]:
 
     out: dict[str, Any] = dict(_C._runtime_stats())
     out["dynamo_compiles"] = dynamo.graphs_compiled()
+    out.update(dynamo.replay_stats())  # graph_records/replays/rerecords, graph_replay_reasons
     out["recompile_reasons"] = list(_C._recompile_reasons())
     out["fallbacks"] = dict(_C._fallback_counts())
     return out
@@ -333,3 +334,4 @@ def reset_stats() -> None:
 
 
 from .eager import eager_mode, flush, get_eager_mode, set_eager_mode  # noqa: E402,F401
+from .dynamo import graph_replay, set_graph_replay  # noqa: E402,F401

@@ -4,23 +4,41 @@ AOTAutograd splits a captured function into a forward and a backward graph of
 core ATen ops (decomposed with PyTorch's core-ATen table); an optimizer step
 compiled with the model is a third, inference graph whose updates of
 parameters and state stay inside the graph (``keep_inference_input_mutations``).
-Each graph runs through the same op path as eager mode, recorded in the
-engine's GRAPH mode. Graphs are deferred: a graph joins the ops already
-pending and stays pending after it returns, so the forward, the backward and
-the optimizer step of one training step become ONE XLA program, launched when
-a result is read (``loss.item()``), when an eager op uses a result, at
+
+**Replay** (the default, ``TPUC_GRAPH_REPLAY=replay``): the first call of a
+graph records its ops through the same op path as eager mode (the engine's
+GRAPH mode) into one program of its own, runs it, and keeps it
+(``_C._replay_capture``): which storage of the program is which input or
+output, and the guards (each input's dtype, shape, strides, offset, storage
+size and storage sharing, non-tensor inputs' values). Later calls launch that
+executable on the new arguments' buffers without recording any op
+(``_Replay.launch``): parameters and optimizer state are donated as when
+recorded, and the device generator advances exactly as recording would have
+advanced it. A call whose arguments fail the guards records the graph again
+(a second program is kept, up to 8 per graph); a graph that cannot be
+replayed (an op in it fell back to the CPU, it reads a tensor that is not one
+of its inputs, ...) is recorded on every call. ``torch.tpu.stats()`` counts
+``graph_records``, ``graph_replays`` and ``graph_rerecords`` and keeps the
+last 64 ``graph_replay_reasons``.
+
+``TPUC_GRAPH_REPLAY=record`` records every call into the same standalone
+program (what replay must match bit for bit); ``join`` is the joined mode:
+graphs are deferred, a graph joins the ops already pending and stays pending
+after it returns, so the forward, the backward and the optimizer step of one
+training step become ONE program, re-recorded op by op on every step and
+launched when a result is read, when an eager op uses a result, at
 ``torch.tpu.synchronize()``, or when a graph already recorded since the last
-launch starts again (the next step). Parameters and optimizer state updated
-by that program are donated: the program writes the new values into the old
-buffers' memory. Programs are compiled once and cached (memory and disk).
+launch starts again (the next step).
 
 Eager code around graph breaks runs in the current eager mode; in "debug"
-mode each graph runs as soon as it is recorded, so errors surface at once. A
-new input shape makes dynamo recompile (its guards), which the backend counts
-in ``torch.tpu.stats()["dynamo_compiles"]``.
+mode each graph is recorded and runs as soon as it is recorded, so errors
+surface at once. A new input shape makes dynamo recompile (its guards), which
+the backend counts in ``torch.tpu.stats()["dynamo_compiles"]``.
 """
 from __future__ import annotations
 
+import collections
+import os
 import threading
 from typing import Any, Callable
 
@@ -30,12 +48,67 @@ _lock = threading.Lock()
 _graphs_compiled = 0
 _GRAPH = 3
 _DEBUG = 1
-# ids of the graphs recorded since the pending ops last ran
+_MODES = ("replay", "record", "join")
+_MAX_PLANS = 8  # programs kept per graph (input signatures)
+# ids of the graphs recorded since the pending ops last ran (join mode)
 _recorded: list[int] = []
+_counts = {"graph_records": 0, "graph_replays": 0, "graph_rerecords": 0}
+_reasons: collections.deque[str] = collections.deque(maxlen=64)
+
+
+def _mode_from_env() -> str:
+    v = os.environ.get("TPUC_GRAPH_REPLAY", "replay").strip().lower()
+    v = {"1": "replay", "on": "replay", "0": "record", "off": "record"}.get(v, v)
+    if v not in _MODES:
+        raise ValueError(f"TPUC_GRAPH_REPLAY={v!r}: expected one of {', '.join(_MODES)}")
+    return v
+
+
+_replay_mode = _mode_from_env()
 
 
 def graphs_compiled() -> int:
     return _graphs_compiled
+
+
+def set_graph_replay(mode: str) -> None:
+    """How compiled graphs run: "replay" (record once, launch the kept program
+    again), "record" (record every call into the same standalone program) or
+    "join" (record every call, joined with the step's other graphs)."""
+    global _replay_mode
+    if mode not in _MODES:
+        raise ValueError(f"graph replay mode {mode!r}: expected one of {', '.join(_MODES)}")
+    _replay_mode = mode
+
+
+def graph_replay() -> str:
+    return _replay_mode
+
+
+def replay_stats() -> dict[str, Any]:
+    with _lock:
+        out: dict[str, Any] = dict(_counts)
+        out["graph_replay_reasons"] = list(_reasons)
+    return out
+
+
+def _note(counter: str | None, reason: str | None = None) -> None:
+    with _lock:
+        if counter:
+            _counts[counter] += 1
+        if reason:
+            _reasons.append(reason)
+
+
+def _device_of(values: Any) -> int | None:
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.device.type == "tpu":
+            return v.device.index or 0
+    return None
+
+
+def _fallback_total(_C: Any) -> int:
+    return sum(_C._fallback_counts().values())
 
 
 def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
@@ -45,8 +118,10 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     with _lock:
         _graphs_compiled += 1
         gid = _graphs_compiled
+    plans: list[Any] = []  # kept programs, the last one used first
+    never: list[str] = []  # why this graph cannot be replayed (once known)
 
-    def run(args: list[Any]) -> Any:
+    def run_joined(args: list[Any]) -> Any:
         with _lock:
             if _C._pending_ops() == 0:
                 _recorded.clear()
@@ -63,6 +138,64 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
         if prev == _DEBUG:
             _C._flush(-1)
         return out
+
+    def record(args: list[Any], capture: bool) -> Any:
+        _C._flush(-1)  # the graph becomes a program of its own
+        device = _device_of(args)
+        if capture and device is not None:
+            seed, offset = _C._get_rng_state(device)
+            fallbacks = _fallback_total(_C)
+            flushes = _C._runtime_stats()["flushes"]
+        prev = _C._get_mode()
+        _C._set_mode(_GRAPH)
+        try:
+            out = gm(*args)
+        finally:
+            _C._set_mode(prev)
+        _note("graph_records")
+        if not capture:
+            _C._flush(-1)
+            return out
+        why = None
+        if device is None:
+            device = _device_of(out if isinstance(out, (list, tuple)) else [out])
+            why = "the graph has no tpu tensor input"
+        elif _fallback_total(_C) != fallbacks:
+            why = "an op of the graph ran on the CPU (fallback)"
+        elif _C._runtime_stats()["flushes"] != flushes:
+            why = "the graph's ops were run before it ended (a host read or a fallback)"
+        if why is None:
+            res = _C._replay_capture(device, args, out, seed, offset)
+            if isinstance(res, str):
+                why = res
+            else:
+                plans.insert(0, res)
+                del plans[_MAX_PLANS:]
+        if why is not None:
+            _C._flush(-1)
+            never.append(why)
+            _note(None, f"graph {gid}: not replayed: {why}")
+        return out
+
+    def run(args: list[Any]) -> Any:
+        mode = _replay_mode
+        eager = _C._get_mode()
+        if mode == "join" or eager in (_GRAPH, _DEBUG):
+            return run_joined(args)
+        if mode == "record" or never:
+            return record(args, capture=False)
+        why = None
+        for i, plan in enumerate(plans):
+            out = plan.launch(args)
+            if not isinstance(out, str):
+                if i:
+                    plans.insert(0, plans.pop(i))
+                _note("graph_replays")
+                return out
+            why = out
+        if why is not None:
+            _note("graph_rerecords", f"graph {gid}: recorded again: {why}")
+        return record(args, capture=True)
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run

@@ -199,7 +199,8 @@ static bool whole_period_repeats(const pending *pd, int n, int p) {
 }
 
 /* ---- flushing ---- */
-static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
+static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
+                                   tpuc_replay **capture) {
   int n = pd->n;
   if (n == 0) return NULL;
   slot_set s;
@@ -263,7 +264,12 @@ static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
     if (e != ne) owned = ne;
     if (!e) e = ne;
   }
-  st = plan_launch(rt, device, e, &s, calls, false);
+  if (capture) st = replay_from_plan(rt, device, e, &s, read, live, calls, capture);
+  if (!st) st = plan_launch(rt, device, e, &s, calls, false);
+  if (st && capture) {
+    tpuc_replay_destroy(*capture);
+    *capture = NULL;
+  }
 done:
   for (int i = 0; i < n; i++) {
     if (ts) free(ts[i]);
@@ -281,6 +287,25 @@ done:
   free(live);
   key_free(&k);
   slots_release(&s);
+  return st;
+}
+
+static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
+  return flush_capturing(rt, device, pd, NULL);
+}
+
+tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out) {
+  *out = NULL;
+  if (device < 0 || device >= rt->device_count)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "device index %d is out of range: %d device(s) available", device,
+                            rt->device_count);
+  if (!rt->pending) return NULL;
+  pending *pd = pending_of(rt, device);
+  pthread_mutex_lock(&pd->lock);
+  tpuc_status *st = flush_capturing(rt, device, pd, out);
+  pd->anchored = false;
+  pthread_mutex_unlock(&pd->lock);
   return st;
 }
 

@@ -88,4 +88,10 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
                          const tpuc_op_call *const *calls, bool wait);
 
+/* replay.c: what launching e again over the same slots needs (before
+ * plan_launch, while s holds the initial buffers). */
+tpuc_status *replay_from_plan(tpuc_runtime *rt, int device, const fast_entry *e,
+                              const slot_set *s, const bool *read, const bool *live,
+                              const tpuc_op_call *const *calls, tpuc_replay **out);
+
 #endif

@@ -338,6 +338,44 @@ void tpuc_set_donation(tpuc_runtime *rt, bool on);
 int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
 /* Runs the ops recorded for `device` (-1: every device) now. */
 tpuc_status *tpuc_flush(tpuc_runtime *rt, int device);
+/* ---- replay: a recorded program launched again ------------------------
+ * tpuc_flush_capture runs `device`'s pending ops as one program, as
+ * tpuc_flush does, and returns (in *out; NULL when nothing was pending) what
+ * launching that program again needs. The program reads and writes a list
+ * of storages, its slots (in order of first use); tpuc_replay_launch takes
+ * one storage per slot and runs the same executable on their buffers,
+ * recording nothing: the caller maps its new arguments onto the slots. */
+typedef struct tpuc_replay tpuc_replay;
+typedef struct {
+  tpuc_storage *storage; /* the storage at capture: for mapping, valid while it lives */
+  size_t nbytes;
+  bool read;   /* the program reads the slot's initial value */
+  bool param;  /* ... from its buffer (false: it held none and read as zeros) */
+  bool result; /* the program binds a new buffer to the slot */
+  bool constant; /* read from a storage freed by the end of the recording (a CPU scalar
+                  * operand the glue uploaded): replay reads the captured buffer itself */
+} tpuc_replay_slot;
+
+tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out);
+void tpuc_replay_destroy(tpuc_replay *r);
+int tpuc_replay_slot_count(const tpuc_replay *r);
+void tpuc_replay_slot_info(const tpuc_replay *r, int i, tpuc_replay_slot *out);
+/* Slot `slot` (read, not written) is a constant the caller cannot map: a
+ * storage still alive that none of its arguments names. Replay reads the
+ * buffer it holds now, and reports a mismatch once the storage holds another. */
+tpuc_status *tpuc_replay_hold_constant(tpuc_replay *r, int slot);
+/* The generator states the recorded ops drew from, in parameter order. */
+int tpuc_replay_rng_count(const tpuc_replay *r);
+void tpuc_replay_rng(const tpuc_replay *r, int i, uint64_t *seed, uint64_t *offset);
+/* Runs the program again: slots[i] takes slot i's place (NULL allowed for a
+ * slot neither read nor written), rng holds (seed, offset) per generator
+ * state. When a storage no longer fits what the program was compiled for
+ * (its size, or its buffer's dtype and shape) *mismatch is set and nothing
+ * runs: the caller records the ops again. Asynchronous, donating as
+ * tpuc_op_run does. */
+tpuc_status *tpuc_replay_launch(tpuc_replay *r, tpuc_storage *const *slots, const uint64_t *rng,
+                                bool *mismatch);
+
 /* Flushes, then waits for every program launched on `device` (-1: all) so
  * far, whether or not its results are still alive; returns the first device
  * error among them. */

@@ -1,0 +1,180 @@
+"""The compiled training step replayed: host time per step and step time of
+torch.compile(backend="tpu") with graph replay against the same step
+recorded op by op every step (the joined program, and the standalone
+per-graph programs that replay launches), fused eager and PyTorch CPU eager;
+and peak device memory per mode with and without activation checkpointing."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .common import compiled_available, eager_mode, fused_available, tpu_available, train_step_fn
+
+COMMAND = "make bench BENCH_CASES=replay"
+
+
+def _configs(quick: bool) -> dict:
+    from llama import LlamaConfig
+
+    if quick:
+        return {"tiny": LlamaConfig(vocab_size=256, dim=64, n_layers=2, n_heads=4,
+                                    hidden_dim=176, max_seq_len=32)}
+    return {
+        "5M": LlamaConfig(vocab_size=256, dim=256, n_layers=6, n_heads=8, hidden_dim=688,
+                          max_seq_len=128),
+        "50M": LlamaConfig(vocab_size=256, dim=640, n_layers=10, n_heads=10, hidden_dim=1712,
+                           max_seq_len=128),
+    }
+
+
+def _checkpointed(model: torch.nn.Module) -> torch.nn.Module:
+    """Activation checkpointing of every block (torch.utils.checkpoint)."""
+    from torch.utils.checkpoint import checkpoint
+
+    for blk in model.layers:
+        fwd = blk.forward
+
+        def ck(x, freqs, _fwd=fwd):
+            return checkpoint(_fwd, x, freqs, use_reentrant=False)
+
+        blk.forward = ck
+    return model
+
+
+class _Contender:
+    """One contender's model, optimizer and step, built once, stepped in turns."""
+
+    def __init__(self, cfg, name: str, batch: int, seq: int, ac: bool = False):
+        from llama import Llama
+
+        from tpuc import dynamo
+
+        self.name = name
+        self.device = "cpu" if name.startswith("cpu") else "tpu"
+        self.compiled = name.startswith("tpu compiled")
+        self.replay = name.split(",")[-1].strip() if self.compiled else None
+        self.mode = "fused" if name == "tpu fused" else "strict"
+        torch.manual_seed(0)
+        model = Llama(cfg).to(self.device)
+        if ac:
+            model = _checkpointed(model)
+        self.model = model
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=self.compiled)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(self.device)
+        y = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(self.device)
+        step = train_step_fn(model, self.opt, x, y)
+        self.step = torch.compile(step, backend="tpu") if self.compiled else step
+        self._dynamo = dynamo
+        self.host, self.total = [], []
+
+    def run(self, record: bool) -> None:
+        from tpuc import _C
+
+        prev = self._dynamo.graph_replay()
+        if self.replay:
+            self._dynamo.set_graph_replay(self.replay)
+        try:
+            ctx = eager_mode(self.mode) if self.device == "tpu" else None
+            if ctx:
+                ctx.__enter__()
+            try:
+                t0 = time.perf_counter()
+                loss = self.step()
+                if self.device == "tpu":
+                    _C._flush(-1)  # what is deferred (join mode) is launched: host work done
+                t1 = time.perf_counter()
+                loss.item()
+                t2 = time.perf_counter()
+            finally:
+                if ctx:
+                    ctx.__exit__(None, None, None)
+        finally:
+            self._dynamo.set_graph_replay(prev)
+        if record:
+            self.host.append(t1 - t0)
+            self.total.append(t2 - t0)
+
+
+def _med(xs: list[float]) -> dict:
+    s = sorted(xs)
+    return {"median": s[len(s) // 2], "min": s[0], "max": s[-1]}
+
+
+def _speed_rows(quick: bool) -> list[dict]:
+    batch, seq = (4, 32) if quick else (8, 128)
+    steps, warmup = (3, 3) if quick else (7, 3)
+    names = ["cpu eager"]
+    if fused_available():
+        names.append("tpu fused")
+    if compiled_available():
+        names += ["tpu compiled, join", "tpu compiled, record", "tpu compiled, replay"]
+    rows = []
+    for size, cfg in _configs(quick).items():
+        cs = [_Contender(cfg, n, batch, seq) for n in names]
+        for i in range(warmup + steps):  # interleaved: A B C A B C ...
+            for c in cs:
+                c.run(record=i >= warmup)
+        base = _med(cs[0].total)["median"]
+        fused = next((_med(c.total)["median"] for c in cs if c.name == "tpu fused"), None)
+        for c in cs:
+            m = _med(c.total)["median"]
+            rows.append({"model": size, "contender": c.name,
+                         "params": sum(p.numel() for p in c.model.parameters()),
+                         "host_us": {k: v * 1e6 for k, v in _med(c.host).items()},
+                         "step_s": _med(c.total), "vs_cpu_eager": base / m,
+                         "vs_fused": fused / m if fused else None})
+        del cs
+    return rows
+
+
+def _peak(cfg, name: str, ac: bool, batch: int, seq: int) -> dict:
+    c = _Contender(cfg, name, batch, seq, ac=ac)
+    peak = 0
+    for _ in range(3):
+        torch.tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        c.run(record=True)
+        torch.tpu.synchronize()
+        peak = torch.tpu.max_memory_allocated()  # the last (steady) step's
+    return {"contender": name, "ac": ac, "peak_bytes": peak,
+            "step_s": _med(c.total)["median"]}
+
+
+def run(quick: bool) -> dict:
+    if not tpu_available():
+        return {"title": "Replay", "command": COMMAND, "rows": [], "memory_rows": [],
+                "notes": "tpu unavailable on this install"}
+    rows = _speed_rows(quick)
+    batch, seq = (4, 32) if quick else (8, 128)
+    cfg = next(iter(_configs(quick).values()))
+    names = ["tpu strict"]
+    if fused_available():
+        names.append("tpu fused")
+    if compiled_available():
+        names += ["tpu compiled, join", "tpu compiled, replay"]
+    mem = []
+    for ac in (False, True):
+        for n in names:
+            try:
+                mem.append(_peak(cfg, n, ac, batch, seq))
+            except Exception as e:  # reported, not hidden
+                mem.append({"contender": n, "ac": ac, "error": f"{type(e).__name__}: {e}"[:200]})
+    return {
+        "title": "Replay: the compiled step launched without recording its ops",
+        "command": COMMAND,
+        "batch": batch, "seq": seq,
+        "rows": rows,
+        "memory_rows": mem,
+        "memory_model": next(iter(_configs(quick))),
+        "notes": "Example model, AdamW (capturable for the compiled step), float32. Host µs = "
+                 "time from calling the step until its programs are launched (the step "
+                 "returns, then the deferred ops are flushed); step s = until loss.item() "
+                 "returns. 'join' records the forward, backward and AdamW graphs op by op "
+                 "every step into ONE program; 'record' records each graph every step into "
+                 "its own program; 'replay' records each graph once and then launches its "
+                 "kept program on the new arguments. Contenders run interleaved, one step "
+                 "each in turn; medians [min, max]. Memory: peak device bytes of the third "
+                 "step; 'AC' = torch.utils.checkpoint around every block.",
+    }

@@ -1,0 +1,214 @@
+"""torch.compile(backend="tpu") graphs replayed: a graph recorded once is
+launched again from its kept program on the new arguments, without recording
+its ops. Replayed training steps must equal steps that record every graph
+again (TPUC_GRAPH_REPLAY=record, the same programs), bit for bit: the
+arguments mapped onto the program, donation, the outputs, and the device
+generator (dropout) advancing exactly as recording advances it."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 64), nn.BatchNorm1d(64), nn.GELU(), nn.Dropout(0.3),
+                         nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10))
+
+
+class _DropLlama(nn.Module):
+    """The example transformer with dropout on its logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from llama import Llama, LlamaConfig
+
+        cfg = LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                          max_seq_len=16)
+        self.llama = Llama(cfg)
+        self.drop = nn.Dropout(0.2)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.llama(tokens))
+
+
+def _batches(kind: str, steps: int, batch_of=lambda i: 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for i in range(steps):
+        b = batch_of(i)
+        if kind == "mlp":
+            out.append((torch.randn(b, 16, generator=g), torch.randint(0, 10, (b,), generator=g)))
+        else:
+            out.append((torch.randint(0, 64, (b, 12), generator=g),
+                        torch.randint(0, 64, (b, 12), generator=g)))
+    return out
+
+
+def _train(kind: str, mode: str, steps: int = 20, batch_of=lambda i: 8) -> dict:
+    """Runs `steps` compiled AdamW steps with graph replay mode `mode`."""
+    torch._dynamo.reset()
+    torch.tpu.set_graph_replay(mode)
+    try:
+        torch.manual_seed(0)
+        model = (_mlp() if kind == "mlp" else _DropLlama()).to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, capturable=True)
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            out = model(x)
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss
+
+        cstep = torch.compile(step, backend="tpu")
+        torch.tpu.manual_seed(123)
+        s0 = torch.tpu.stats()
+        losses = []
+        for x, y in _batches(kind, steps, batch_of):
+            losses.append(cstep(x.to("tpu"), y.to("tpu")))
+        losses = torch.stack([l.detach().cpu() for l in losses])
+        s1 = torch.tpu.stats()
+        state = {k: v.cpu() for k, v in model.state_dict().items()}
+        for i, st in enumerate(opt.state.values()):
+            for k, v in st.items():
+                state[f"opt.{i}.{k}"] = v.cpu()
+        counts = {k: s1[k] - s0[k]
+                  for k in ("graph_records", "graph_replays", "graph_rerecords", "donations")}
+        return {"losses": losses, "state": state, "rng": torch.tpu.get_rng_state(),
+                "counts": counts, "reasons": s1["graph_replay_reasons"]}
+    finally:
+        torch.tpu.set_graph_replay("replay")
+        torch._dynamo.reset()
+
+
+def _assert_bitwise(a: dict, b: dict) -> None:
+    assert torch.equal(a["losses"], b["losses"]), (a["losses"], b["losses"])
+    assert a["state"].keys() == b["state"].keys()
+    for k in a["state"]:
+        assert torch.equal(a["state"][k], b["state"][k]), k
+    assert torch.equal(a["rng"], b["rng"])  # the generator advanced identically
+
+
+@pytest.mark.parametrize("kind", ["mlp", "transformer"])
+def test_replayed_steps_match_recorded_steps_bit_for_bit(kind: str) -> None:
+    rep = _train(kind, "replay")
+    rec = _train(kind, "record")
+    _assert_bitwise(rep, rec)
+    # the forward, backward and optimizer graphs are each recorded once, then
+    # replayed (the optimizer's first step records its state's creation)
+    c = rep["counts"]
+    assert c["graph_replays"] >= 3 * 20 - 8, (c, rep["reasons"])
+    assert c["graph_records"] <= 8, (c, rep["reasons"])
+    assert rec["counts"]["graph_replays"] == 0
+    # donation is decided per launch as when recording
+    assert c["donations"] == rec["counts"]["donations"] > 0
+    # dropout drew different masks step after step (the generator advances)
+    assert len(set(rep["losses"].tolist())) == 20
+
+
+def test_replayed_mlp_matches_cpu_without_dropout() -> None:
+    """The replayed program computes the step: against PyTorch on the CPU."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    # no BatchNorm here: it makes the first bias's gradient ~0, which AdamW
+    # normalises into rounding noise (BatchNorm is in the bit-for-bit tests)
+    cpu = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    dev = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+    dev.load_state_dict(cpu.state_dict())
+    dev.to("tpu")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, capturable=m is dev) for m in (cpu, dev)]
+
+    def make(model: nn.Module, opt: torch.optim.Optimizer):
+        def step(x: torch.Tensor) -> torch.Tensor:
+            loss = model(x).square().mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    cstep = torch.compile(make(dev, opts[1]), backend="tpu")
+    ref = make(cpu, opts[0])
+    g = torch.Generator().manual_seed(2)
+    s0 = torch.tpu.stats()
+    for _ in range(6):
+        x = torch.randn(8, 16, generator=g)
+        torch.testing.assert_close(cstep(x.to("tpu")).cpu(), ref(x), rtol=1e-4, atol=1e-5)
+    for p, q in zip(dev.state_dict().values(), cpu.state_dict().values()):
+        torch.testing.assert_close(p.cpu(), q, rtol=1e-4, atol=1e-5)
+    assert torch.tpu.stats()["graph_replays"] - s0["graph_replays"] >= 3 * 4
+    torch._dynamo.reset()
+
+
+def test_shape_change_rerecords_and_still_matches() -> None:
+    def batch_of(i: int) -> int:
+        return 8 if i < 4 or i >= 8 else 4  # 8, then 4, then 8 again
+
+    rep = _train("mlp", "replay", steps=12, batch_of=batch_of)
+    rec = _train("mlp", "record", steps=12, batch_of=batch_of)
+    _assert_bitwise(rep, rec)
+    c = rep["counts"]
+    # the new shape is recorded (a new dynamo graph, or the same graph again
+    # with a reason); the old shape's program is replayed when it comes back
+    assert c["graph_replays"] >= 3 * 12 - 16, (c, rep["reasons"])
+    assert c["graph_records"] >= 6, c
+
+
+def test_replay_keeps_guards_on_strides_and_storage_sharing() -> None:
+    """A graph compiled for contiguous inputs, called with a transposed one
+    or with two inputs sharing a storage, records again instead of reading
+    the wrong elements."""
+    torch._dynamo.reset()
+
+    @torch.compile(backend="tpu", dynamic=False)
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 2 + b
+
+    base = torch.arange(16.0).reshape(4, 4)
+    a, b = base.to("tpu"), (base + 1).to("tpu")
+    for _ in range(3):
+        torch.testing.assert_close(f(a, b).cpu(), base * 2 + base + 1)
+    s0 = torch.tpu.stats()
+    torch.testing.assert_close(f(a, b).cpu(), base * 2 + base + 1)
+    assert torch.tpu.stats()["graph_replays"] == s0["graph_replays"] + 1
+    # the same storage twice
+    torch.testing.assert_close(f(a, a).cpu(), base * 3)
+    torch.testing.assert_close(f(a.t(), b).cpu(), base.t() * 2 + base + 1)
+    torch._dynamo.reset()
+
+
+def test_inference_graph_updates_inputs_in_place_on_replay() -> None:
+    """An in-place update inside a compiled function (kept in the graph)
+    lands in the caller's tensor on every replay."""
+    torch._dynamo.reset()
+
+    @torch.compile(backend="tpu")
+    def bump(acc: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        acc.add_(x)
+        return acc.sum()
+
+    acc = torch.zeros(5, device="tpu")
+    ref = torch.zeros(5)
+    s0 = torch.tpu.stats()
+    with torch.no_grad():
+        for i in range(5):
+            x = torch.full((5,), float(i + 1))
+            total = bump(acc, x.to("tpu"))
+            ref.add_(x)
+            torch.testing.assert_close(total.cpu(), ref.sum())
+    torch.testing.assert_close(acc.cpu(), ref)
+    assert torch.tpu.stats()["graph_replays"] - s0["graph_replays"] >= 3
+    torch._dynamo.reset()
+
+
+def test_graph_replay_mode_rejects_unknown() -> None:
+    with pytest.raises(ValueError, match="replay"):
+        torch.tpu.set_graph_replay("sometimes")
