@@ -115,6 +115,7 @@ class ProcessGroupTpu(dist.ProcessGroup):
         self._timeout = timeout
         self._transport: Transport = select_transport(store, rank, size, timeout)
         self._coalescing = 0
+        self._coalesced: list[TpuWork] = []  # launched inside a coalescing manager
 
     @classmethod
     def create(cls, store: dist.Store, rank: int, size: int, timeout: timedelta) -> "ProcessGroupTpu":
@@ -160,7 +161,10 @@ class ProcessGroupTpu(dist.ProcessGroup):
             finish = start()
         except Exception as e:
             raise RuntimeError(f"tpu_dist {what} failed (rank {self._rank_} of {self._size_}): {e}") from e
-        return TpuWork(finish, result, what, self)
+        work = TpuWork(finish, result, what, self)
+        if self._coalescing:
+            self._coalesced.append(work)
+        return work
 
     def _root(self, opts: Any) -> int:
         return int(opts.rootRank)
@@ -267,13 +271,23 @@ class ProcessGroupTpu(dist.ProcessGroup):
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         self.barrier().wait()
 
-    # ---- coalescing: each call already runs on its own; the manager's end is a no-op work
+    # ---- coalescing: each call inside the manager launches on its own; the work the
+    # manager's end returns finishes all of them (PyTorch waits only that one)
     def start_coalescing(self, device: torch.device) -> None:
         self._coalescing += 1
 
     def end_coalescing(self, device: torch.device) -> TpuWork:
         self._coalescing = max(0, self._coalescing - 1)
-        return TpuWork(lambda: None, [], "coalesced", self)
+        works, self._coalesced = self._coalesced, []
+
+        def finish() -> None:
+            for w in works:
+                w.wait()
+        return TpuWork(finish, [t for w in works for t in (w._result or [])], "coalesced", self)
+
+    # torch 2.13's trampoline does not forward these; Python callers reach them here
+    _start_coalescing = start_coalescing
+    _end_coalescing = end_coalescing
 
     # ---- lifetime
     def shutdown(self) -> None:
