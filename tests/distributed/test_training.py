@@ -1,0 +1,118 @@
+"""DDP, FSDP2, TP and FSDP x TP training of the example transformer on "tpu"
+ranks, each matching one CPU process (bounds: train_common.py), and a DCP
+save / load round trip of FSDP2-sharded state."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import harness
+import train_common as tc
+
+STEPS = 10
+
+
+def ddp_worker(rank: int, world: int, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(tc.make_model(0).to("tpu"), device_ids=None)
+    losses = tc.train_loop(model, steps, rank, world)
+    return losses, tc.full_params(model)
+
+
+def fsdp_worker(rank: int, world: int, steps: int, reshard: bool, mixed: bool, ckpt: str | None
+                ) -> tuple[list[float], dict[str, torch.Tensor], list[str]]:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh("tpu", (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed \
+        else MixedPrecisionPolicy()
+
+    def build(seed: int) -> torch.nn.Module:
+        model = tc.make_model(seed).to("tpu")
+        for block in model.layers:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+        return model
+
+    model = build(0)
+    notes = []
+    for p in model.parameters():  # sharded on dim 0 over the mesh, on the device
+        if p.device.type != "tpu" or p.to_local().shape[0] * world < p.shape[0]:
+            notes.append(f"param not sharded on tpu: {p.device} {p.to_local().shape} of {p.shape}")
+    losses = tc.train_loop(model, steps, rank, world)
+    params = tc.full_params(model)
+    if ckpt is not None:  # DCP: save the sharded state, load it into a differently initialised model
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+        dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=ckpt)
+        fresh = build(1)
+        sd = {"model": get_model_state_dict(fresh)}
+        dcp.load(sd, checkpoint_id=ckpt)
+        set_model_state_dict(fresh, sd["model"])
+        for k, v in tc.full_params(fresh).items():
+            if not torch.equal(v, params[k]):
+                notes.append(f"DCP round trip changed {k}")
+        dist.barrier()
+    return losses, params, notes
+
+
+def tp_worker(rank: int, world: int, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("tpu", (world,))
+    model = tc.make_model(0).to("tpu")
+    tc.tp_plan_apply(model, mesh)
+    losses = tc.train_loop(model, steps, 0, 1)  # every TP rank sees the whole batch
+    return losses, tc.full_params(model)
+
+
+def fsdp_tp_worker(rank: int, world: int, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("tpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    model = tc.make_model(0).to("tpu")
+    tc.tp_plan_apply(model, mesh["tp"])
+    for block in model.layers:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    dp_rank = mesh["dp"].get_local_rank()
+    losses = tc.train_loop(model, steps, dp_rank, 2, loss_group=mesh["dp"].get_group())
+    return losses, tc.full_params(model)
+
+
+def _check(results: list[Any], compute_dtype: torch.dtype | None = None) -> None:
+    for r, res in enumerate(results):
+        losses, params = res[0], res[1]
+        if len(res) > 2:
+            assert res[2] == [], f"rank {r}: {res[2]}"
+        tc.check_against_reference(losses, params, STEPS, compute_dtype)
+
+
+def test_ddp() -> None:
+    _check(harness.run(ddp_worker, 2, STEPS, timeout=240, backend="device_id"))
+
+
+@pytest.mark.parametrize("reshard", [True, False], ids=["reshard", "no-reshard"])
+def test_fsdp2(reshard: bool, tmp_path: Any) -> None:
+    ckpt = str(tmp_path / "dcp") if reshard else None
+    _check(harness.run(fsdp_worker, 2, STEPS, reshard, False, ckpt, timeout=300))
+
+
+def test_fsdp2_mixed_precision_bf16_params_fp32_reduce() -> None:
+    _check(harness.run(fsdp_worker, 2, STEPS, True, True, None, timeout=300),
+           compute_dtype=torch.bfloat16)
+
+
+def test_tensor_and_sequence_parallel() -> None:
+    _check(harness.run(tp_worker, 2, STEPS, timeout=300))
+
+
+def test_fsdp_x_tp_2x2() -> None:
+    _check(harness.run(fsdp_tp_worker, 4, STEPS, timeout=400))
