@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 import torch
 import torch.multiprocessing as mp
-from torch.multiprocessing.spawn import ProcessException
 
 
 def _entry(rank: int, fn: Callable[..., Any], world: int, tmp: str, backend: str | None,
@@ -55,27 +54,30 @@ def _entry(rank: int, fn: Callable[..., Any], world: int, tmp: str, backend: str
 
 def run(fn: Callable[..., Any], world: int = 2, *args: Any, timeout: float = 120,
         backend: str | None = "tpu_dist", pg_timeout: float = 60, env: dict[str, str] | None = None,
-        expect_fail: bool = False) -> list[Any]:
+        expect_fail: bool = False, collect: bool = False) -> list[Any]:
     """fn(rank, world, *args) on `world` ranks; returns each rank's return value.
 
-    With ``expect_fail`` the ranks' error texts come back instead (None for a
-    rank that succeeded) and a failure is not raised."""
+    With ``expect_fail`` every rank runs to its end (a failed rank does not stop
+    the others) and the ranks' error texts come back instead (None for a rank
+    that raised nothing). With ``collect`` every rank runs to its end too and
+    the results come back, None for a rank that left none (it died)."""
     with tempfile.TemporaryDirectory(prefix="tpuc-dist-") as tmp:
         ctx = mp.start_processes(_entry, args=(fn, world, tmp, backend, pg_timeout, env or {}, args),
                                  nprocs=world, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
-        failed: BaseException | None = None
+        failed: str | None = None
         try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
+            while any(p.is_alive() for p in ctx.processes):
+                if time.monotonic() > deadline:
                     raise TimeoutError(f"ranks still running after {timeout:.0f} s")
-                try:
-                    if ctx.join(timeout=min(left, 1.0)):
-                        break
-                except ProcessException as e:  # a rank failed: the others are terminated by join
-                    failed = e
+                bad = [r for r, p in enumerate(ctx.processes) if p.exitcode not in (None, 0)]
+                if bad and not (expect_fail or collect):  # a rank failed: stop the others now
+                    failed = f"rank {bad[0]} exited with {ctx.processes[bad[0]].exitcode}"
                     break
+                time.sleep(0.2)
+            bad = [r for r, p in enumerate(ctx.processes) if p.exitcode not in (None, 0)]
+            if bad and failed is None:
+                failed = f"rank {bad[0]} exited with {ctx.processes[bad[0]].exitcode}"
         finally:
             for p in ctx.processes:
                 if p.is_alive():
@@ -90,10 +92,17 @@ def run(fn: Callable[..., Any], world: int = 2, *args: Any, timeout: float = 120
             errors.append(open(path).read() if os.path.exists(path) else None)
         if expect_fail:
             return errors
-        if failed is not None:
+        if collect:
+            return [torch.load(f"{tmp}/result{r}.pt", weights_only=False)
+                    if os.path.exists(f"{tmp}/result{r}.pt") else None for r in range(world)]
+        if failed is not None and not collect:
             detail = "\n".join(f"--- rank {r}:\n{e}" for r, e in enumerate(errors) if e)
             raise AssertionError(f"a rank failed: {failed}\n{detail}") from None
         return [torch.load(f"{tmp}/result{r}.pt", weights_only=False) for r in range(world)]
+
+
+def run_collect(fn: Callable[..., Any], world: int = 2, *args: Any, **kw: Any) -> list[Any]:
+    return run(fn, world, *args, collect=True, **kw)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,7 +26,12 @@ BATCH, SEQ, LR = 4, 8, 0.5
 
 def make_model(seed: int = 0, dtype: torch.dtype = torch.float32) -> Llama:
     torch.manual_seed(seed)
-    return Llama(CFG).to(dtype)
+    model = Llama(CFG)
+    for p in model.parameters():  # Module.to(dtype) would make the complex rope buffer real
+        p.data = p.data.to(dtype)
+    if dtype == torch.float64:
+        model.freqs = model.freqs.to(torch.complex128)
+    return model
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,6 +54,7 @@ class Transport(Protocol):
     def send(self, tensors: Tensors, dst: int, tag: int) -> Finish: ...
     def recv(self, tensors: Tensors, src: int, tag: int) -> Finish: ...
     def barrier(self) -> Finish: ...
+    def exchange(self, signature: str) -> list[str]: ...
     def shutdown(self) -> None: ...
 
 
@@ -351,6 +352,20 @@ class HostTransport:
 
     def barrier(self) -> Finish:
         return self._then([self._gloo.barrier(dist.BarrierOptions())])
+
+    SIGNATURE_BYTES = 192
+
+    def exchange(self, signature: str) -> list[str]:
+        """Every rank's signature of the collective it is about to run (blocking).
+
+        gloo aborts the whole process when the sizes of one collective differ
+        across ranks; comparing first turns that into an exception."""
+        raw = signature.encode()[: self.SIGNATURE_BYTES].ljust(self.SIGNATURE_BYTES, b"\0")
+        mine = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        every = torch.empty(self.SIGNATURE_BYTES * self.size, dtype=torch.uint8)
+        self._gloo._allgather_base(every, mine).wait()
+        return [bytes(c.tolist()).rstrip(b"\0").decode(errors="replace")
+                for c in every.chunk(self.size)]
 
     def shutdown(self) -> None:
         try:

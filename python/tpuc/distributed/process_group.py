@@ -14,6 +14,7 @@ sub-groups with ``new_group``), no custom allocation, no coalescing manager.
 """
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -104,6 +105,16 @@ def _op(opts: Any) -> Any:
     return opts.reduceOp
 
 
+def _name(op: Any) -> str:
+    t = op.op if hasattr(op, "op") else op
+    return str(getattr(t, "name", t))
+
+
+def _meta(tensors: list[torch.Tensor]) -> list[str]:
+    """What must agree across ranks: each tensor's dtype and number of elements."""
+    return [f"{str(t.dtype).replace('torch.', '')}[{t.numel()}]" for t in tensors]
+
+
 class ProcessGroupTpu(dist.ProcessGroup):
     """The process group of backend "tpu_dist" (one per group of ranks)."""
 
@@ -116,6 +127,8 @@ class ProcessGroupTpu(dist.ProcessGroup):
         self._transport: Transport = select_transport(store, rank, size, timeout)
         self._coalescing = 0
         self._coalesced: list[TpuWork] = []  # launched inside a coalescing manager
+        # compare every collective's signature across ranks first (TPUC_DIST_CHECK=0: off)
+        self._check = os.environ.get("TPUC_DIST_CHECK", "1") != "0"
 
     @classmethod
     def create(cls, store: dist.Store, rank: int, size: int, timeout: timedelta) -> "ProcessGroupTpu":
@@ -156,8 +169,15 @@ class ProcessGroupTpu(dist.ProcessGroup):
         return f"ProcessGroupTpu(rank={self._rank_}, size={self._size_}, transport={self.transport})"
 
     # ---- plumbing
-    def _launch(self, what: str, start: Callable[[], Finish], result: Any) -> TpuWork:
+    def _launch(self, what: str, start: Callable[[], Finish], result: Any,
+                sig: tuple | None = None) -> TpuWork:
         try:
+            if self._check and sig is not None:
+                mine = f"{what} {sig}"
+                every = self._transport.exchange(mine)
+                if any(e != mine for e in every):
+                    raise ValueError("the ranks called different collectives or shapes:\n" + "\n".join(
+                        f"  rank {r}: {e}" for r, e in enumerate(every)))
             finish = start()
         except Exception as e:
             raise RuntimeError(f"tpu_dist {what} failed (rank {self._rank_} of {self._size_}): {e}") from e
@@ -172,33 +192,38 @@ class ProcessGroupTpu(dist.ProcessGroup):
     # ---- collectives (names and signatures as PyTorch calls them)
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> TpuWork:
         opts = opts or dist.AllreduceOptions()
-        return self._launch("all_reduce", lambda: self._transport.all_reduce(tensors, _op(opts)), tensors)
+        return self._launch("all_reduce", lambda: self._transport.all_reduce(tensors, _op(opts)), tensors,
+                            (_name(_op(opts)), _meta(tensors)))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> TpuWork:
         opts = opts or dist.AllreduceCoalescedOptions()
         return self._launch("all_reduce_coalesced",
-                            lambda: self._transport.all_reduce(tensors, _op(opts)), tensors)
+                            lambda: self._transport.all_reduce(tensors, _op(opts)), tensors,
+                            (_name(_op(opts)), _meta(tensors)))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any) -> TpuWork:
         return self._launch("reduce", lambda: self._transport.reduce(tensors, self._root(opts), _op(opts)),
-                            tensors)
+                            tensors, (self._root(opts), _name(_op(opts)), _meta(tensors)))
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> TpuWork:
         opts = opts or dist.BroadcastOptions()
-        return self._launch("broadcast", lambda: self._transport.broadcast(tensors, self._root(opts)), tensors)
+        return self._launch("broadcast", lambda: self._transport.broadcast(tensors, self._root(opts)), tensors,
+                            (self._root(opts), _meta(tensors)))
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                   opts: Any = None) -> TpuWork:
-        return self._launch("all_gather", lambda: self._transport.all_gather(outputs, inputs), outputs)
+        return self._launch("all_gather", lambda: self._transport.all_gather(outputs, inputs), outputs,
+                            (_meta(inputs),))
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> TpuWork:
         return self._launch("all_gather_coalesced", lambda: self._transport.all_gather(outputs, inputs),
-                            outputs)
+                            outputs, (_meta(inputs),))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> TpuWork:
         return self._launch("all_gather_into_tensor",
-                            lambda: self._transport.all_gather_into_tensor(output, input), [output])
+                            lambda: self._transport.all_gather_into_tensor(output, input), [output],
+                            (_meta([input]),))
 
     _allgather_base = all_gather_single
 
@@ -207,7 +232,7 @@ class ProcessGroupTpu(dist.ProcessGroup):
         def start() -> Finish:
             fs = [self._transport.all_gather_into_tensor(o, i) for o, i in zip(outputs, inputs)]
             return lambda: [f() for f in fs] and None
-        return self._launch("all_gather_into_tensor_coalesced", start, outputs)
+        return self._launch("all_gather_into_tensor_coalesced", start, outputs, (_meta(inputs),))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -215,12 +240,14 @@ class ProcessGroupTpu(dist.ProcessGroup):
                        opts: Any = None) -> TpuWork:
         opts = opts or dist.ReduceScatterOptions()
         return self._launch("reduce_scatter",
-                            lambda: self._transport.reduce_scatter(outputs, inputs, _op(opts)), outputs)
+                            lambda: self._transport.reduce_scatter(outputs, inputs, _op(opts)), outputs,
+                            (_name(_op(opts)), [_meta(i) for i in inputs]))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> TpuWork:
         opts = opts or dist.ReduceScatterOptions()
         return self._launch("reduce_scatter_tensor",
-                            lambda: self._transport.reduce_scatter_tensor(output, input, _op(opts)), [output])
+                            lambda: self._transport.reduce_scatter_tensor(output, input, _op(opts)), [output],
+                            (_name(_op(opts)), _meta([input])))
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -231,7 +258,8 @@ class ProcessGroupTpu(dist.ProcessGroup):
         def start() -> Finish:
             fs = [self._transport.reduce_scatter_tensor(o, i, _op(opts)) for o, i in zip(outputs, inputs)]
             return lambda: [f() for f in fs] and None
-        return self._launch("reduce_scatter_tensor_coalesced", start, outputs)
+        return self._launch("reduce_scatter_tensor_coalesced", start, outputs,
+                            (_name(_op(opts)), _meta(inputs)))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -240,20 +268,21 @@ class ProcessGroupTpu(dist.ProcessGroup):
         return self._launch(
             "all_to_all_single",
             lambda: self._transport.all_to_all_single(output, input, list(output_splits), list(input_splits)),
-            [output])
+            [output], (str(input.dtype),))
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> TpuWork:
-        return self._launch("all_to_all", lambda: self._transport.all_to_all(outputs, inputs), outputs)
+        return self._launch("all_to_all", lambda: self._transport.all_to_all(outputs, inputs), outputs,
+                            (len(inputs), sorted({str(t.dtype) for t in inputs})))
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any) -> TpuWork:
         return self._launch("gather", lambda: self._transport.gather(outputs, inputs, self._root(opts)),
-                            outputs)
+                            outputs, (self._root(opts), _meta(inputs)))
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any) -> TpuWork:
         return self._launch("scatter", lambda: self._transport.scatter(outputs, inputs, self._root(opts)),
-                            outputs)
+                            outputs, (self._root(opts), _meta(outputs)))
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> TpuWork:
         return self._launch("send", lambda: self._transport.send(tensors, dst, tag), tensors)
@@ -265,7 +294,7 @@ class ProcessGroupTpu(dist.ProcessGroup):
         return self._launch("recv", lambda: self._transport.recv(tensors, -1, tag), tensors)
 
     def barrier(self, opts: Any = None) -> TpuWork:
-        work = self._launch("barrier", self._transport.barrier, [])
+        work = self._launch("barrier", self._transport.barrier, [], ())
         return work
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
