@@ -18,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_heap",
          "op_profile"]
+CASES.append("collectives")  # tpu_dist against gloo (bench/cases/collectives.py)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,15 +3,15 @@ ranks, each matching one CPU process (bounds: train_common.py), and a DCP
 save / load round trip of FSDP2-sharded state."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
-import pytest
 import torch
 
 import harness
 import train_common as tc
 
-STEPS = 10
+STEPS = int(os.environ.get("TPUC_DIST_TEST_STEPS", "5"))  # make test-dist-long: 20
 
 
 def ddp_worker(rank: int, world: int, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
@@ -20,6 +20,14 @@ def ddp_worker(rank: int, world: int, steps: int) -> tuple[list[float], dict[str
     model = DDP(tc.make_model(0).to("tpu"), device_ids=None)
     losses = tc.train_loop(model, steps, rank, world)
     return losses, tc.full_params(model)
+
+
+def fsdp_variants(rank: int, world: int, steps: int, ckpt: str) -> list[Any]:
+    """Three FSDP2 runs in one set of processes (each spawn costs seconds here):
+    reshard_after_forward on (+ DCP round trip), off, and bf16 params / fp32 reduce."""
+    return [fsdp_worker(rank, world, steps, True, False, ckpt),
+            fsdp_worker(rank, world, steps, False, False, None),
+            fsdp_worker(rank, world, steps, True, True, None)]
 
 
 def fsdp_worker(rank: int, world: int, steps: int, reshard: bool, mixed: bool, ckpt: str | None
@@ -99,15 +107,10 @@ def test_ddp() -> None:
     _check(harness.run(ddp_worker, 2, STEPS, timeout=240, backend="device_id"))
 
 
-@pytest.mark.parametrize("reshard", [True, False], ids=["reshard", "no-reshard"])
-def test_fsdp2(reshard: bool, tmp_path: Any) -> None:
-    ckpt = str(tmp_path / "dcp") if reshard else None
-    _check(harness.run(fsdp_worker, 2, STEPS, reshard, False, ckpt, timeout=300))
-
-
-def test_fsdp2_mixed_precision_bf16_params_fp32_reduce() -> None:
-    _check(harness.run(fsdp_worker, 2, STEPS, True, True, None, timeout=300),
-           compute_dtype=torch.bfloat16)
+def test_fsdp2_reshard_on_off_and_mixed_precision_with_dcp(tmp_path: Any) -> None:
+    per_rank = harness.run(fsdp_variants, 2, STEPS, str(tmp_path / "dcp"), timeout=420)
+    for variant, compute_dtype in enumerate([None, None, torch.bfloat16]):
+        _check([res[variant] for res in per_rank], compute_dtype)
 
 
 def test_tensor_and_sequence_parallel() -> None:
