@@ -34,9 +34,12 @@ def _register() -> None:
         choice, missing = None, str(e)
     # before anything starts the plugin's threads (see _host_heap)
     _host_heap.apply(choice is not None and _plugin.is_cpu_plugin(choice))
-    from .distributed import apply_launch_environment  # torchrun: tpu:LOCAL_RANK exists
+    try:
+        from .distributed import apply_launch_environment  # torchrun: tpu:LOCAL_RANK exists
 
-    apply_launch_environment(choice is not None and _plugin.is_cpu_plugin(choice))
+        apply_launch_environment(choice is not None and _plugin.is_cpu_plugin(choice))
+    except Exception:  # a torch built without torch.distributed: single-device use unaffected
+        pass
     from . import _C
 
     _C._set_plugin(choice.path if choice else "", missing)
