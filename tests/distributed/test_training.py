@@ -77,7 +77,27 @@ def tp_worker(rank: int, world: int, steps: int) -> tuple[list[float], dict[str,
     model = tc.make_model(0).to("tpu")
     tc.tp_plan_apply(model, mesh)
     losses = tc.train_loop(model, steps, 0, 1)  # every TP rank sees the whole batch
-    return losses, tc.full_params(model)
+    return losses, tc.full_params(model), _dtensor_random(mesh)
+
+
+def _dtensor_random(mesh) -> list[str]:  # type: ignore[no-untyped-def]
+    """DTensor's RNG tracker on "tpu": a sharded random init gives each shard its own
+    numbers, the same whatever the rank count, and replays from the same seed."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    notes = []
+    torch.manual_seed(7)
+    d = distribute_tensor(torch.empty(8, 4, device="tpu"), mesh, [Shard(0)])
+    torch.nn.init.uniform_(d)
+    full = d.full_tensor().cpu()
+    if torch.equal(full[:4], full[4:]):
+        notes.append("DTensor random init: both shards drew the same numbers")
+    torch.manual_seed(7)
+    d2 = distribute_tensor(torch.empty(8, 4, device="tpu"), mesh, [Shard(0)])
+    torch.nn.init.uniform_(d2)
+    if not torch.equal(d2.full_tensor().cpu(), full):
+        notes.append("DTensor random init does not replay from the same seed")
+    return notes
 
 
 def fsdp_tp_worker(rank: int, world: int, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
