@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-import harness
+import dist_harness as harness
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.float8_e4m3fn,
           torch.float8_e5m2, torch.complex64, torch.complex128, torch.int8, torch.uint8, torch.int16,

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import torch
 
-import harness
+import dist_harness as harness
 
 PG_TIMEOUT = 15.0
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-import harness
+import dist_harness as harness
 import train_common as tc
 
 STEPS = int(os.environ.get("TPUC_DIST_TEST_STEPS", "5"))  # make test-dist-long: 20
