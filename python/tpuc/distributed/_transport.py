@@ -381,5 +381,8 @@ def select_transport(store: dist.Store, rank: int, size: int, timeout: timedelta
     collective across the participating processes (a multi-process PJRT client:
     libtpu, the CUDA plugin). The XLA CPU plugin cannot across processes, so on
     it — and until the C core's cross-process client exists — it is the host.
+    The device programs themselves exist for the devices of one process
+    (``tpuc.distributed._device_path``, docs/collectives.md); a device
+    transport is that module's calls behind the methods above.
     """
     return HostTransport(store, rank, size, timeout)
