@@ -20,7 +20,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
+.PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
 .PHONY: titan-setup
 
 BENCH ?= full
@@ -77,6 +77,13 @@ test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 	$(PY) -m pytest -q tests
 
 test: test-c test-c-asan test-py
+
+# torch.distributed on "tpu" only (part of test-py); the long variant trains 20 steps
+test-dist: $(STAMP) $(VENV)/.deps-test
+	$(PY) -m pytest -q tests/distributed
+
+test-dist-long: $(STAMP) $(VENV)/.deps-test
+	TPUC_DIST_TEST_STEPS=20 $(PY) -m pytest -q tests/distributed
 
 demo: $(STAMP)
 	$(VENV)/bin/tpuc info

@@ -258,6 +258,16 @@ def write(root: str, machine: dict, quick: bool) -> str:
         L += _collectives_core_section(res["collectives_core"])
     if "torchtitan" in res and res["torchtitan"].get("rows"):
         L += _torchtitan_section(res["torchtitan"])
+    if "collectives" in res:
+        r = res["collectives"]
+        L += _header(r)
+        if r.get("rows"):
+            L += ["| collective | size | tpu_dist ms | gloo (CPU tensors) ms | tpu_dist / gloo | "
+                  "tpu_dist GB/s | gloo GB/s |", "|---|---|---|---|---|---|---|"]
+            L += [f"| {row['op']} | {row['bytes'] / 1024:.0f} KB | {row['tpu_dist_s'] * 1e3:.2f} | "
+                  f"{row['gloo_s'] * 1e3:.2f} | {row['ratio']:.2f}x | {row['tpu_dist_GBps']:.2f} | "
+                  f"{row['gloo_GBps']:.2f} |" for row in r["rows"]]
+            L.append("")
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]

@@ -21,6 +21,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_h
          "collectives_core",
          "torchtitan",
          "replay",
+         "collectives",
          ]
 
 

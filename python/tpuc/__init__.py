@@ -34,6 +34,12 @@ def _register() -> None:
         choice, missing = None, str(e)
     # before anything starts the plugin's threads (see _host_heap)
     _host_heap.apply(choice is not None and _plugin.is_cpu_plugin(choice))
+    try:
+        from .distributed import apply_launch_environment  # torchrun: tpu:LOCAL_RANK exists
+
+        apply_launch_environment(choice is not None and _plugin.is_cpu_plugin(choice))
+    except Exception:  # a torch built without torch.distributed: single-device use unaffected
+        pass
     from . import _C
 
     _C._set_plugin(choice.path if choice else "", missing)
@@ -59,6 +65,12 @@ def _register() -> None:
         dynamo.register()  # torch.compile(backend="tpu")
     except Exception as e:  # dynamo unavailable: eager use is unaffected
         warnings.warn(f"tpuc: torch.compile backend 'tpu' not registered: {e}", RuntimeWarning)
+    try:
+        from . import distributed
+
+        distributed.register()  # c10d backend "tpu_dist" for the device "tpu"
+    except Exception as e:  # torch.distributed unusable: single-device use is unaffected
+        warnings.warn(f"tpuc: c10d backend 'tpu_dist' not registered: {e}", RuntimeWarning)
 
 
 def _autoload() -> None:

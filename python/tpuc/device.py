@@ -335,3 +335,6 @@ def reset_stats() -> None:
 
 from .eager import eager_mode, flush, get_eager_mode, set_eager_mode  # noqa: E402,F401
 from .dynamo import graph_replay, set_graph_replay  # noqa: E402,F401
+from ._streams import (  # noqa: E402,F401  (FSDP2 / DTensor / TorchTitan use these)
+    Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream,
+)
