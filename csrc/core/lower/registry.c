@@ -20,12 +20,14 @@ EMPTY_FAMILY(tpuc_lowerings_nn_extra);
 EMPTY_FAMILY(tpuc_lowerings_nn_pool_nd);
 EMPTY_FAMILY(tpuc_lowerings_upsample);
 EMPTY_FAMILY(tpuc_lowerings_sort);
+EMPTY_FAMILY(tpuc_lowerings_count);
 
 static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
     tpuc_lowerings_shape,       tpuc_lowerings_index,  tpuc_lowerings_nn,
     tpuc_lowerings_random,      tpuc_lowerings_copy,   tpuc_lowerings_sort,
     tpuc_lowerings_nn_extra,    tpuc_lowerings_nn_pool_nd, tpuc_lowerings_upsample,
+    tpuc_lowerings_count,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
