@@ -38,13 +38,21 @@ def test_from_pretrained_device_map(saved, device_map) -> None:
     assert torch.equal(_greedy(m, "tpu"), _greedy(cpu, "cpu"))
 
 
+def _reset_accelerate() -> None:
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def test_accelerate_finds_tpu() -> None:
     import accelerate
     from accelerate.utils import get_max_memory
 
     assert accelerate.PartialState().device.type == "tpu"
     assert accelerate.Accelerator().device.type == "tpu"
+    _reset_accelerate()
     assert accelerate.Accelerator(cpu=True).device.type == "cpu"
+    _reset_accelerate()
     mm = get_max_memory()
     assert 0 in mm and mm[0] > 0
     assert get_max_memory({0: "1GB", "cpu": "2GB"}) == {0: 10**9, "cpu": 2 * 10**9}
@@ -104,6 +112,7 @@ def test_static_cache_compiles_once(saved) -> None:
 
 
 def _train(device: str, model: torch.nn.Module, out: str) -> list[float]:
+    _reset_accelerate()
     ds = [{"input_ids": F._ids(b=1, s=8, seed=i)[0], "labels": F._ids(b=1, s=8, seed=i)[0]} for i in range(8)]
     args = tf.TrainingArguments(output_dir=out, max_steps=4, per_device_train_batch_size=2,
                                 learning_rate=1e-2, logging_steps=1, report_to=[], save_strategy="no",
