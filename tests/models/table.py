@@ -34,12 +34,27 @@ cache) token for token equal to the CPU's; *ties*: tied/shared weights still one
 """
 
 TAIL = """
-Paths tested besides (tests/models/test_paths.py): `from_pretrained(dir, device_map="tpu")` and
-`device_map="auto"` (fills tpu:0, through tpuc.integrations.accelerate) from a `save_pretrained`
-directory, `safetensors.torch.load_file(..., device="tpu")`, `model.to("tpu")`, beam search and
-seeded sampling, `cache_implementation="static"` (compiled with backend "tpu": programs compiled
-once, not per token), `accelerate.Accelerator().device`, and `transformers.Trainer` on tpu:0 with
-the CPU's losses.
+Paths tested besides (tests/models/test_paths.py): `from_pretrained(dir, device_map="tpu")`,
+`device_map={"": "tpu"}` and `device_map="auto"` (fills tpu:0, through
+tpuc.integrations.accelerate) from a `save_pretrained` directory, greedy output equal to the
+CPU's; `safetensors.torch.load_file(..., device="tpu")` (tpuc.integrations.safetensors);
+`model.to("tpu")`; beam search equal to the CPU's; seeded top-k/top-p sampling (reproducible
+under a seed; the draws come from the tpu generator, so they are not the CPU's draws, and each
+token is checked to lie in the CPU's top-k); `cache_implementation="static"` (transformers
+compiles the decode step with backend "tpu"; a second generate() compiles nothing);
+`accelerate.Accelerator().device` and `PartialState().device` are tpu; `transformers.Trainer`
+on tpu:0 with losses matching the CPU's. tests/models/test_diffusers.py (`make models`): a tiny
+`FluxPipeline` (CLIP and T5 text encoders, Flux transformer, VAE) on tpu, image within a bound
+derived from the CPU's own float32 sensitivity.
+
+Mechanisms behind them: tied weights through `_has_compatible_shallow_copy_type`
+(csrc/torch/shallow_copy.cpp); integer `histc` (MoE routers) and `isin` (generate's stop check)
+lowered on the device (csrc/core/lower/count.c).
+
+Limits: accelerate's multi-process launch (a DistributedType for tpu) is not adapted; on a real
+TPU, `device_map="auto"` sizes the device by `torch.tpu.mem_get_info` where it exists, else by
+the host's free memory; `histc` does not raise for a non-finite data range (PyTorch checks that
+on the host).
 """
 
 
