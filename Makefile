@@ -21,13 +21,13 @@ PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
-.PHONY: titan-setup
+.PHONY: titan-setup models models-table
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
 BENCH_CASES ?=
 
-setup: $(STAMP)
+setup: $(STAMP) $(VENV)/.deps-hf
 
 $(VENV)/.deps:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ install: $(STAMP)
 # PyTorch's test database (torch.testing._internal) imports expecttest.
 $(VENV)/.deps-test: $(VENV)/.deps
 	$(PIP) install -q expecttest
+	touch $@
+
+# Hugging Face stack for tests/models (versions tested; torch held at the venv's).
+HF_DEPS := transformers==5.24.0 accelerate==1.15.0 diffusers==0.42.1 safetensors==0.8.0 tokenizers==0.23.3
+$(VENV)/.deps-hf: $(VENV)/.deps
+	$(PIP) install -q -c $(CURDIR)/.hf-constraints.txt $(HF_DEPS)
 	touch $@
 
 build/c/build.ninja: $(VENV)/.deps
@@ -73,8 +79,16 @@ $(VENV)/.deps-titan: $(VENV)/.deps python/tpuc/integrations/torchtitan/constrain
 
 titan-setup: $(VENV)/.deps-titan
 
-test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
+test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf
 	$(PY) -m pytest -q tests
+
+# The long model sweep (every family x every path); `make test` runs the CI slice.
+models: $(STAMP) $(VENV)/.deps-hf
+	TPUC_MODELS_FULL=1 $(PY) -m pytest -q tests/models
+
+# docs/models.md from a run of the model matrix.
+models-table: $(STAMP) $(VENV)/.deps-hf
+	$(PY) -m tests.models.table > docs/models.md
 
 test: test-c test-c-asan test-py
 

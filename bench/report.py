@@ -107,6 +107,20 @@ def rewrite(root: str) -> str:
     return write(root, any_case["machine"], quick=any_case.get("quick", False))
 
 
+def _decode_section(r: dict) -> list[str]:
+    L = _header(r)
+    if r.get("notes"):
+        L += [r["notes"], ""]
+    if r.get("rows"):
+        L += ["| batch | contender | tokens/s | generate() s (median [min, max]) | vs tpu strict | vs CPU |",
+              "|---|---|---|---|---|---|"]
+        L += [f"| {row['batch']} | {row['contender']} | {row['tokens_per_s']:.0f} | "
+              f"{_span(row['call_s'])} | {_fmt(row.get('vs_strict'))}x | {_fmt(row.get('vs_cpu'))}x |"
+              for row in r["rows"]]
+        L.append("")
+    return L
+
+
 def write(root: str, machine: dict, quick: bool) -> str:
     res = _load(root)
     docs = os.path.join(root, "docs")
@@ -268,6 +282,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   f"{row['gloo_s'] * 1e3:.2f} | {row['ratio']:.2f}x | {row['tpu_dist_GBps']:.2f} | "
                   f"{row['gloo_GBps']:.2f} |" for row in r["rows"]]
             L.append("")
+    if "decode" in res:
+        L += _decode_section(res["decode"])
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]

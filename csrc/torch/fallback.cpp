@@ -179,7 +179,18 @@ void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     written.emplace_back(dev, host);
     v = host;
   }
-  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  try {
+    at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  } catch (const c10::NotImplementedError& e) {
+    // The CPU lacks a kernel the device's should have (a dtype CUDA runs and
+    // the CPU does not, as histc of ints before count.c): that is a missing
+    // lowering in tpuc, not the user's error; say so, keeping the type.
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "tpuc: ", info.name, " cannot run on the device (", why,
+                                ") and its CPU fallback does not support these arguments: ",
+                                e.what_without_backtrace(), ". This is a gap in tpuc (the op "
+                                "may run on CUDA); please report it. Until then, convert the "
+                                "inputs to a dtype the CPU kernel supports.");
+  }
   for (auto& [dev, host] : written) dev.copy_(host);
   if (tpu_gen.defined()) {
     const size_t nret = op.schema().returns().size();

@@ -58,6 +58,12 @@ def _register() -> None:
     from . import dynamo, eager, fused_optim
 
     fused_optim.register()  # Adam(W)(fused=True) on the device, not the CPU
+    from .integrations import accelerate as _accelerate_shim
+
+    _accelerate_shim.install()  # device_map="auto" and Accelerator().device find "tpu"
+    from .integrations import safetensors as _safetensors_shim
+
+    _safetensors_shim.install()  # safetensors.torch.load_file(..., device="tpu")
 
     if os.environ.get("TPUC_EAGER"):
         eager.apply_environment()

@@ -1,0 +1,149 @@
+"""accelerate on "tpu" (written against accelerate 1.15.0; applied to any
+version, each shim checking what it patches exists).
+
+What accelerate lacks, and what this supplies from outside (`install()`,
+called when tpuc registers the device; every patch happens when accelerate's
+module is imported, through tpuc.integrations._hooks):
+
+1. `accelerate.utils.modeling.get_max_memory()` (1.15) enumerates only
+   npu/mlu/sdaa/musa/xpu/hpu/cuda devices, so `device_map="auto"` in
+   transformers and `infer_auto_device_map` put everything on the CPU while
+   "tpu" is available. Wrapped: with no max_memory given and no other
+   accelerator found, it lists each tpu device by index (torch.device(i) is
+   "tpu:i" once tpu is the accelerator) with its free memory
+   (`torch.tpu.mem_get_info` where the device module has it; for the XLA
+   CPU plugin, whose device memory is host memory, the host's available
+   memory), and - as accelerate does for MPS and integrated CUDA devices,
+   which share host RAM - no separate "cpu" budget then, so host memory is
+   not counted twice.
+2. `PartialState.default_device` (1.15) knows mps/mlu/sdaa/musa/npu/hpu/
+   cuda/xpu/neuron and else returns cpu, so `Accelerator().device` and
+   `PartialState().device` are cpu in a single process with "tpu" available
+   (TRL then mixes devices). Wrapped: "tpu" when the original answer is cpu
+   and torch.tpu is available. `Accelerator(cpu=True)` still gives cpu.
+   Multi-process runs (a DistributedType for tpu) are not covered.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from types import ModuleType
+from typing import Any
+
+from .. import _hooks
+
+_PATCHED = "_tpuc_patched"
+
+
+def _tpu_available() -> bool:
+    import torch
+
+    tpu = getattr(torch, "tpu", None)
+    return bool(tpu is not None and tpu.is_available() and tpu.device_count() > 0)
+
+
+def _free_memory(index: int) -> int:
+    import torch
+
+    mem_get_info = getattr(torch.tpu, "mem_get_info", None)
+    if mem_get_info is not None:
+        return int(mem_get_info(index)[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _shares_host_memory() -> bool:
+    import torch
+
+    return torch.tpu.get_device_properties(0).platform == "cpu"
+
+
+def _other_accelerator(max_memory: dict[Any, Any]) -> bool:
+    return any(isinstance(k, int) for k in max_memory) or "mps" in max_memory
+
+
+def _wrap_get_max_memory(orig: Any) -> Any:
+    @functools.wraps(orig)
+    def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, Any]:
+        if not _tpu_available():
+            return orig(max_memory)
+        if max_memory is not None:
+            return _normalise(max_memory, orig)
+        found = orig(None)
+        if _other_accelerator(found):
+            return found
+        import torch
+
+        out: dict[Any, Any] = {i: _free_memory(i) for i in range(torch.tpu.device_count())}
+        if not _shares_host_memory() and "cpu" in found:
+            out["cpu"] = found["cpu"]
+        return out
+
+    setattr(get_max_memory, _PATCHED, True)
+    return get_max_memory
+
+
+def _normalise(max_memory: dict[Any, Any], orig: Any) -> dict[Any, Any]:
+    """accelerate's own handling of a given max_memory (sizes as ints,
+    devices ordered), checking integer devices against the tpu count rather
+    than CUDA's (which warned "Device 0 is not available")."""
+    import torch
+
+    if any(isinstance(k, int) for k in max_memory) and torch.cuda.device_count() > 0:
+        return orig(max_memory)  # a CUDA machine: accelerate's answer
+    from accelerate.utils import convert_file_size_to_int
+
+    sized = {k: convert_file_size_to_int(v) if isinstance(v, str) else v for k, v in max_memory.items()}
+    n = torch.tpu.device_count()
+    ints = sorted(k for k in sized if isinstance(k, int))
+    for k in ints:
+        if not 0 <= k < n:
+            raise ValueError(f"Device {k} is not available, available tpu devices are {list(range(n))}")
+    named = [k for k in ("mps", "cpu", "disk") if k in sized]
+    for k in sized:
+        if k not in ints and k not in named:
+            raise ValueError(f"Device {k} is not recognized, available devices are integers (tpu), "
+                             "'mps', 'cpu' and 'disk'")
+    return {k: sized[k] for k in ints + named}
+
+
+def _patch_modeling(mod: ModuleType) -> None:
+    orig = getattr(mod, "get_max_memory", None)
+    if orig is None or getattr(orig, _PATCHED, False):
+        return
+    new = _wrap_get_max_memory(orig)
+    mod.get_max_memory = new
+    # modules that already copied the function by name (when accelerate was
+    # imported before tpuc)
+    for name, attr in (("accelerate.utils", "get_max_memory"),
+                       ("accelerate.big_modeling", "get_max_memory"),
+                       ("transformers.integrations.accelerate", "accelerate_max_memory")):
+        m = sys.modules.get(name)
+        if m is not None and getattr(m, attr, None) is orig:
+            setattr(m, attr, new)
+
+
+def _patch_state(mod: ModuleType) -> None:
+    cls = getattr(mod, "PartialState", None)
+    prop = getattr(cls, "default_device", None) if cls is not None else None
+    if not isinstance(prop, property) or getattr(prop.fget, _PATCHED, False):
+        return
+    orig = prop.fget
+
+    @functools.wraps(orig)
+    def default_device(self: Any) -> Any:
+        dev = orig(self)
+        if dev.type == "cpu" and _tpu_available():
+            import torch
+
+            return torch.device("tpu")
+        return dev
+
+    setattr(default_device, _PATCHED, True)
+    cls.default_device = property(default_device, doc=prop.__doc__)
+
+
+def install() -> None:
+    _hooks.on_import("accelerate.utils.modeling", _patch_modeling)
+    _hooks.on_import("accelerate.state", _patch_state)
