@@ -99,11 +99,16 @@ void translate(const c10::Error& e, PyObject* type) { PyErr_SetString(type, e.wh
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tpuc's PyTorch glue (device \"tpu\")";
+  // torch.OutOfMemoryError (libtorch_python does not export its C object).
+  static PyObject* oom_type =
+      py::object(py::module_::import("torch").attr("OutOfMemoryError")).release().ptr();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const c10::OutOfMemoryError& e) {
-      translate(e, PyExc_RuntimeError);
+      translate(e, oom_type);
+    } catch (const c10::IndexError& e) {
+      translate(e, PyExc_IndexError);
     } catch (const c10::ValueError& e) {
       translate(e, PyExc_ValueError);
     } catch (const c10::NotImplementedError& e) {
@@ -167,6 +172,12 @@ PYBIND11_MODULE(_C, m) {
         start = i + 1;
       }
     return out;
+  });
+  // Device-side bounds checks of index values outside debug mode (TPUC_CHECK_BOUNDS).
+  m.def("_set_check_bounds", [](bool on) { tpuc_set_check_bounds(runtime(), on); });
+  m.def("_check_bounds", [] {
+    tpuc_runtime* rt = runtime_or_null();
+    return rt ? tpuc_get_check_bounds(rt) : false;
   });
   m.def("_set_donation", [](bool on) { tpuc_set_donation(runtime(), on); });
   m.def("_pending_ops", [] {

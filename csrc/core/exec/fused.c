@@ -215,7 +215,9 @@ static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
-  key_put(&k, "F", 1);
+  /* in debug mode (a compiled graph run at once) the chunk waits and checks */
+  bool wait = tpuc_get_mode(rt) == TPUC_MODE_DEBUG, checks = tpuc_checks_wanted(rt, wait);
+  key_put(&k, checks ? "G" : "F", 1);
   for (int i = 0; i < n && !st; i++) {
     const tpuc_op_call *c = &pd->recs[i].call;
     calls[i] = c;
@@ -252,7 +254,7 @@ static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
       st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
       goto done;
     }
-    st = plan_build(rt, calls, ts, os, n, &s, read, live, true, ne, "fused chunk");
+    st = plan_build(rt, calls, ts, os, n, &s, read, live, true, checks, ne, "fused chunk");
     if (st) {
       entry_free(ne);
       goto done;
@@ -263,7 +265,7 @@ static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
     if (e != ne) owned = ne;
     if (!e) e = ne;
   }
-  st = plan_launch(rt, device, e, &s, calls, false);
+  st = plan_launch(rt, device, e, &s, calls, wait);
 done:
   for (int i = 0; i < n; i++) {
     if (ts) free(ts[i]);

@@ -38,7 +38,8 @@ typedef enum {
   TPUC_ERR_OUT_OF_MEMORY,    /* host or device memory is exhausted */
   TPUC_ERR_COMPILE,          /* the plugin rejected a program */
   TPUC_ERR_RUNTIME,          /* a device computation or transfer failed */
-  TPUC_ERR_INTERNAL          /* a bug in tpuc */
+  TPUC_ERR_INTERNAL,         /* a bug in tpuc */
+  TPUC_ERR_INDEX             /* an index out of range (PyTorch's IndexError) */
 } tpuc_code;
 
 typedef struct tpuc_status tpuc_status;
@@ -334,6 +335,16 @@ tpuc_mode tpuc_get_mode(tpuc_runtime *rt);
  * $TPUC_DONATE=0 turns it off): a storage's old buffer is donated to the
  * program that computes its new value when nothing else holds it. */
 void tpuc_set_donation(tpuc_runtime *rt, bool on);
+/* Bounds checks of index values (index, gather, scatter, take, put,
+ * embedding, index_select/add/copy/fill, index_put). They are computed
+ * inside each op's program and always on in DEBUG mode (and when tpuc_op_run
+ * waits), where the op itself fails with TPUC_ERR_INDEX (or TPUC_ERR_RUNTIME
+ * for gather/scatter, as PyTorch's RuntimeError) and binds no result. Turned
+ * on here (or by $TPUC_CHECK_BOUNDS=1) they also run in STRICT, FUSED and
+ * GRAPH modes without any wait: a failure is reported by the next
+ * synchronisation point (tpuc_synchronize, a host read of a storage). */
+void tpuc_set_check_bounds(tpuc_runtime *rt, bool on);
+bool tpuc_get_check_bounds(tpuc_runtime *rt);
 /* Ops recorded and not yet run on `device` (-1: all devices). */
 int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
 /* Runs the ops recorded for `device` (-1: every device) now. */

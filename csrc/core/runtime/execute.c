@@ -156,5 +156,8 @@ tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device) {
       else tpuc_status_destroy(s);
     }
   }
+  tpuc_status *cs = tpuc_checks_report(rt); /* device-side bounds checks */
+  if (cs && !first) first = cs;
+  else tpuc_status_destroy(cs);
   return first;
 }

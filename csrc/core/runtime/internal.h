@@ -96,6 +96,9 @@ struct tpuc_runtime {
   atomic_llong executions;
   atomic_llong donations;
   atomic_llong live_objects; /* buffers + executables not yet destroyed */
+  /* run-time checks (exec/checks.c) */
+  atomic_bool check_bounds;            /* TPUC_CHECK_BOUNDS=1 / tpuc_set_check_bounds */
+  struct tpuc_check_state *checks;     /* results kept until the next synchronisation */
 };
 
 void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta_bytes);
@@ -164,5 +167,11 @@ void tpuc_fast_cache_clear(tpuc_runtime *rt);
 void tpuc_recompiles_destroy(tpuc_runtime *rt);
 /* exec/fused.c: runs what is pending and frees the recording state. */
 void tpuc_fused_destroy(tpuc_runtime *rt);
+/* exec/checks.c: the kept results of run-time checks (index bounds). */
+tpuc_status *tpuc_checks_init(tpuc_runtime *rt);
+void tpuc_checks_destroy(tpuc_runtime *rt);
+/* Reads every kept check result (waiting for them) and returns the first
+ * failure not yet reported; called at each synchronisation point. */
+tpuc_status *tpuc_checks_report(tpuc_runtime *rt);
 
 #endif /* TPUC_INTERNAL_H */

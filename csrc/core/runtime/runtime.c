@@ -165,6 +165,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
   if (!s) s = client_string(rt, PJ_SLOT_CLIENT_PLATFORM_VERSION, "PJRT_Client_PlatformVersion",
                             &rt->platform_version);
   if (!s) s = list_devices(rt);
+  if (!s) s = tpuc_checks_init(rt);
   if (s) {
     tpuc_runtime_destroy(rt);
     return s;
@@ -181,6 +182,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (!rt) return;
   tpuc_fused_destroy(rt);
   if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
+  tpuc_checks_destroy(rt);
   tpuc_fast_cache_clear(rt);
   free(rt->fast_buckets);
   tpuc_recompiles_destroy(rt);
