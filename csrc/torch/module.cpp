@@ -27,6 +27,8 @@ py::dict memory_stats(int device) {
   d["peak_bytes_in_use"] = m.peak_bytes_in_use;
   d["num_buffers"] = m.num_buffers;
   d["num_allocs"] = m.num_allocs;
+  d["limit_bytes"] = m.limit_bytes;
+  d["num_ooms"] = m.num_ooms;
   return d;
 }
 
@@ -133,6 +135,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory_stats", [](int device) {
     check(tpuc_memory_reset_peak(runtime(), device), "resetting peak memory statistics");
+  });
+  m.def("_set_memory_limit", [](int device, int64_t bytes) {
+    check_device(static_cast<c10::DeviceIndex>(device));
+    check(tpuc_memory_set_limit(runtime(), device, bytes), "setting the memory limit");
   });
   m.def("_runtime_stats", &runtime_stats);
   m.def("_fallback_counts", &fallback_counts);

@@ -113,10 +113,20 @@ typedef struct {
   int64_t peak_bytes_in_use;
   int64_t num_buffers;
   int64_t num_allocs; /* buffers ever created on the device */
+  int64_t limit_bytes; /* tpuc's limit (0: none) */
+  int64_t num_ooms;    /* allocations refused: over the limit or by the plugin */
 } tpuc_memory_stats;
 
 tpuc_status *tpuc_memory_stats_get(tpuc_runtime *rt, int device, tpuc_memory_stats *out);
 tpuc_status *tpuc_memory_reset_peak(tpuc_runtime *rt, int device);
+/* A limit on tpuc's device bytes (0: none; $TPUC_MEMORY_LIMIT sets it for
+ * every device at creation, e.g. "8G"). An upload or a program launch that
+ * would take the bytes in use (plus the program's scratch) past it fails
+ * with TPUC_ERR_OUT_OF_MEMORY before the plugin allocates anything, as a
+ * device's own memory would; the process stays usable. Out-of-memory errors
+ * of the plugin itself are TPUC_ERR_OUT_OF_MEMORY too, and every such
+ * message says what was requested, what is in use, the peak and what to try. */
+tpuc_status *tpuc_memory_set_limit(tpuc_runtime *rt, int device, int64_t bytes);
 
 typedef struct {
   int64_t executions;      /* programs launched */

@@ -54,6 +54,7 @@ typedef struct tpuc_device_rec {
   char *description;
   /* accounting, under mem_lock */
   int64_t bytes_in_use, peak_bytes, num_buffers, num_allocs;
+  int64_t limit_bytes, num_ooms; /* memory.c */
 } tpuc_device_rec;
 
 typedef struct tpuc_cache_entry tpuc_cache_entry;
@@ -152,6 +153,17 @@ void tpuc_runtime_note_transient(tpuc_runtime *rt, int device, int64_t transient
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
 void tpuc_cache_clear(tpuc_runtime *rt);
+
+/* ---- memory.c ---- */
+/* Applies $TPUC_MEMORY_LIMIT to every device (runtime creation). */
+void tpuc_memory_limit_init(tpuc_runtime *rt);
+/* NULL when `bytes` more fit under the device's limit, else an
+ * out-of-memory status naming `what` (counted in num_ooms). */
+tpuc_status *tpuc_memory_admit(tpuc_runtime *rt, int device, int64_t bytes, const char *what);
+/* An out-of-memory status `s` (others pass through) with the device's
+ * usage and advice appended; `requested` < 0: read "allocating N bytes"
+ * from the plugin's message. Counts it in num_ooms. */
+tpuc_status *tpuc_oom_explain(tpuc_runtime *rt, int device, tpuc_status *s, int64_t requested);
 
 /* ---- disk_cache.c ---- */
 void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes);

@@ -166,6 +166,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
                             &rt->platform_version);
   if (!s) s = list_devices(rt);
   if (!s) s = tpuc_checks_init(rt);
+  if (!s) tpuc_memory_limit_init(rt);
   if (s) {
     tpuc_runtime_destroy(rt);
     return s;
@@ -277,6 +278,8 @@ tpuc_status *tpuc_memory_stats_get(tpuc_runtime *rt, int device, tpuc_memory_sta
   out->peak_bytes_in_use = d->peak_bytes;
   out->num_buffers = d->num_buffers;
   out->num_allocs = d->num_allocs;
+  out->limit_bytes = d->limit_bytes;
+  out->num_ooms = d->num_ooms;
   pthread_mutex_unlock(&rt->mem_lock);
   return NULL;
 }
