@@ -235,8 +235,11 @@ static tpuc_status *lower_index_add(tpuc_lower_ctx *cx, bool copy) {
   tv x = ir_convert(g, at_least_1d(g, lx_tensor(cx, 0)), ot.dtype);
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  /* PyTorch's CPU words: index_copy_ its own; index_add "in self" for 1-d self,
+   * a RuntimeError naming the dimension otherwise */
   lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], false,
-                 copy ? TPUC_CHECK_COPY : TPUC_CHECK_IN_SELF, dim);
+                 copy ? TPUC_CHECK_COPY : xt.ndim > 1 ? TPUC_CHECK_DIM_RUNTIME : TPUC_CHECK_IN_SELF,
+                 dim);
   tv idx = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
   tv src = ir_convert(g, lx_tensor(cx, 3), ot.dtype);
   ir_type st = xt;
