@@ -212,6 +212,13 @@ def write(root: str, machine: dict, quick: bool) -> str:
                       f"{strict['step_s']['median_s']:.3f} s. On the XLA CPU plugin the ceiling "
                       f"for fused and compiled execution is set by XLA's matmuls, not by tpuc's "
                       f"dispatch.", ""]
+    if "bounds" in res and res["bounds"].get("rows"):
+        r = res["bounds"]
+        L += _header(r) + ["| workload | check off | check on | on / off |", "|---|---|---|---|"]
+        for row in r["rows"]:
+            L.append(f"| {row['workload']} ({row['unit']}) | {_span(row['off'])} | "
+                     f"{_span(row['on'])} | {row['ratio']:.2f}x |")
+        L.append("")
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]

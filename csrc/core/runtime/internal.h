@@ -81,6 +81,7 @@ struct tpuc_runtime {
   char *disk_dir; /* NULL: off */
   int64_t disk_max_bytes;
   int64_t disk_hits, disk_misses, disk_writes, disk_corrupt, disk_evictions;
+  atomic_bool disk_warned; /* a failed write was reported (once per runtime) */
   double load_seconds;
 
   /* the op engine's signature cache (exec/op_run.c) */
