@@ -19,7 +19,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
+.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream soak fuzz clean
 
 BENCH ?= full
 BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile,bounds
@@ -86,6 +86,15 @@ conformance: $(STAMP) $(VENV)/.deps-test
 # PyTorch's device-generic test classes (instantiate_device_type_tests, only_for="tpu") on a subset.
 conformance-upstream: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m pytest -q tests/conformance/upstream_ops.py
+
+# Reliability (docs/reliability.md): a long soak of the example (live buffers, device bytes,
+# host RSS -> bench/results/soak.json, docs/reliability_soak.png) and a long seeded fuzz run
+# of random op calls against the CPU (FUZZ_ARGS="--seed 1 --calls 20000").
+soak: $(STAMP)
+	$(PY) -m tests.reliability.soak --strict-steps 10000 --compiled-steps 2000
+
+fuzz: $(STAMP)
+	$(PY) -m tests.reliability.fuzz --seconds 1800 $(FUZZ_ARGS)
 
 clean:
 	rm -rf build dist $(STAMP)
