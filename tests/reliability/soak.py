@@ -84,10 +84,16 @@ def _plot(results: dict[str, list[dict[str, Any]]], path: str) -> None:
     for ax, title in zip(axes, ["live device buffers", "device MiB (tensors)", "host RSS MiB"]):
         ax.set_title(title)
         ax.set_xlabel("step")
-        ax.legend()
-        ax.set_ylim(bottom=0)
+        ax.legend(loc="lower right")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+
+
+def replot() -> None:
+    """Draws docs/reliability_soak.png again from bench/results/soak.json."""
+    with open(os.path.join(ROOT, "bench", "results", "soak.json")) as f:
+        _plot(json.load(f)["results"], os.path.join(ROOT, "docs", "reliability_soak.png"))
 
 
 def main(argv: list[str] | None = None) -> int:
