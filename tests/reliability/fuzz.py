@@ -120,6 +120,10 @@ KNOWN: dict[tuple[str, Any], str] = {
     ("norm", torch.float32): "squares overflow float32 for |x| > 1.8e19 (CPU avoids it)",
     ("norm", torch.float16): "the same overflow in float16 (|x| > 256)",
     ("norm", torch.bfloat16): "the same overflow in bfloat16",
+    # found by seed 2 call 306: gelu(-100) is -8.9e-6 on tpu, -0 on the CPU (XLA's erf stops
+    # short of -1), and gelu(+-inf) is +-inf on tpu where the CPU gives nan. Regression test:
+    # tests/reliability/test_fuzz.py::test_gelu_large_negative_inputs (xfail, strict).
+    ("gelu", None): "large negative inputs and infinities (see above)",
 }
 
 

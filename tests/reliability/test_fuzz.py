@@ -24,3 +24,11 @@ def test_replay_is_deterministic() -> None:
 def test_known_norm_overflow() -> None:
     x = torch.tensor([[1e30]])
     torch.testing.assert_close(torch.linalg.vector_norm(x.to("tpu")).cpu(), torch.linalg.vector_norm(x))
+
+
+@pytest.mark.xfail(strict=True, reason="finding of seed 2 call 306 (docs/reliability.md): gelu of large "
+                                       "negative float32 inputs is not 0 on tpu (-8.9e-6 at -100, growing "
+                                       "with |x|): XLA's erf does not reach -1 exactly; CPU gives -0")
+def test_gelu_large_negative_inputs() -> None:
+    x = torch.tensor([-10.0, -100.0, -1e4])
+    torch.testing.assert_close(torch.nn.functional.gelu(x.to("tpu")).cpu(), torch.nn.functional.gelu(x))
