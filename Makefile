@@ -21,7 +21,7 @@ PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
-.PHONY: titan-setup models models-table
+.PHONY: titan-setup models models-table soak fuzz
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -60,7 +60,7 @@ build/c-asan/build.ninja: $(VENV)/.deps
 	$(VENV)/bin/cmake -S . -B build/c-asan -G Ninja -DTPUC_BUILD_TESTS=ON -DTPUC_SANITIZE=ON \
 	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
 
-C_TESTS = test_runtime test_engine test_disk_cache test_collective
+C_TESTS = test_runtime test_engine test_disk_cache test_collective test_reliability
 
 test-c: build/c/build.ninja $(STAMP)
 	$(VENV)/bin/ninja -C build/c
@@ -118,6 +118,15 @@ conformance: $(STAMP) $(VENV)/.deps-test
 # PyTorch's device-generic test classes (instantiate_device_type_tests, only_for="tpu") on a subset.
 conformance-upstream: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m pytest -q tests/conformance/upstream_ops.py
+
+# Reliability (docs/reliability.md): a long soak of the example (live buffers, device bytes,
+# host RSS -> bench/results/soak.json, docs/reliability_soak.png) and a long seeded fuzz run
+# of random op calls against the CPU (FUZZ_ARGS="--seed 1 --calls 20000").
+soak: $(STAMP)
+	$(PY) -m tests.reliability.soak --strict-steps 10000 --compiled-steps 2000
+
+fuzz: $(STAMP)
+	$(PY) -m tests.reliability.fuzz --seconds 1800 $(FUZZ_ARGS)
 
 clean:
 	rm -rf build dist $(STAMP)

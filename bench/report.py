@@ -284,6 +284,13 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L.append("")
     if "decode" in res:
         L += _decode_section(res["decode"])
+    if "bounds" in res and res["bounds"].get("rows"):
+        r = res["bounds"]
+        L += _header(r) + ["| workload | check off | check on | on / off |", "|---|---|---|---|"]
+        for row in r["rows"]:
+            L.append(f"| {row['workload']} ({row['unit']}) | {_span(row['off'])} | "
+                     f"{_span(row['on'])} | {row['ratio']:.2f}x |")
+        L.append("")
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]

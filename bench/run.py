@@ -23,6 +23,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_h
          "replay",
          "collectives",
          "decode",
+         "bounds",
          ]
 
 

@@ -174,8 +174,9 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
     auto d = device_of_storage_ptr(data);
     return c10::Device(kTpu, d ? *d : current_device());
   }
-  // Host memory is what the plugin copies from: plain CPU memory serves as pinned.
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  // Tensor.pin_memory() / is_pinned() on "tpu": tracked page-aligned host blocks (pinned.cpp).
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
     resize_storage(storage, nbytes);
   }

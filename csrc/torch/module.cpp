@@ -31,6 +31,8 @@ py::dict memory_stats(int device) {
   d["peak_bytes_in_use"] = m.peak_bytes_in_use;
   d["num_buffers"] = m.num_buffers;
   d["num_allocs"] = m.num_allocs;
+  d["limit_bytes"] = m.limit_bytes;
+  d["num_ooms"] = m.num_ooms;
   return d;
 }
 
@@ -103,11 +105,16 @@ void translate(const c10::Error& e, PyObject* type) { PyErr_SetString(type, e.wh
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tpuc's PyTorch glue (device \"tpu\")";
+  // torch.OutOfMemoryError (libtorch_python does not export its C object).
+  static PyObject* oom_type =
+      py::object(py::module_::import("torch").attr("OutOfMemoryError")).release().ptr();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const c10::OutOfMemoryError& e) {
-      translate(e, PyExc_RuntimeError);
+      translate(e, oom_type);
+    } catch (const c10::IndexError& e) {
+      translate(e, PyExc_IndexError);
     } catch (const c10::ValueError& e) {
       translate(e, PyExc_ValueError);
     } catch (const c10::NotImplementedError& e) {
@@ -132,6 +139,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory_stats", [](int device) {
     check(tpuc_memory_reset_peak(runtime(), device), "resetting peak memory statistics");
+  });
+  m.def("_set_memory_limit", [](int device, int64_t bytes) {
+    check_device(static_cast<c10::DeviceIndex>(device));
+    check(tpuc_memory_set_limit(runtime(), device, bytes), "setting the memory limit");
   });
   m.def("_runtime_stats", &runtime_stats);
   m.def("_fallback_counts", &fallback_counts);
@@ -171,6 +182,12 @@ PYBIND11_MODULE(_C, m) {
         start = i + 1;
       }
     return out;
+  });
+  // Device-side bounds checks of index values outside debug mode (TPUC_CHECK_BOUNDS).
+  m.def("_set_check_bounds", [](bool on) { tpuc_set_check_bounds(runtime(), on); });
+  m.def("_check_bounds", [] {
+    tpuc_runtime* rt = runtime_or_null();
+    return rt ? tpuc_get_check_bounds(rt) : false;
   });
   m.def("_set_donation", [](bool on) { tpuc_set_donation(runtime(), on); });
   m.def("_pending_ops", [] {

@@ -139,6 +139,8 @@ void check(tpuc_status* st, const char* what) {
       TORCH_CHECK_VALUE(false, msg);
     case TPUC_ERR_UNIMPLEMENTED:
       TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+    case TPUC_ERR_INDEX:
+      TORCH_CHECK_INDEX(false, msg);
     default:
       TORCH_CHECK(false, msg);
   }

@@ -81,6 +81,13 @@ std::optional<c10::DeviceIndex> device_of_storage_ptr(const void* p);
 // raises the first device error.
 void synchronize(int device);
 
+// ---- pinned host memory (pinned.cpp) ---------------------------------------------
+
+// The allocator behind Tensor.pin_memory() for "tpu": page-aligned, tracked host blocks.
+c10::Allocator* pinned_allocator();
+// True when `p` points into a live pinned block.
+bool is_pinned_ptr(const void* p);
+
 // ---- generators (device.cpp) ---------------------------------------------------
 
 const at::Generator& default_generator(c10::DeviceIndex index);

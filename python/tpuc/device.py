@@ -26,7 +26,11 @@ __all__ = [
     "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
     "default_generators", "get_amp_supported_dtype", "stats", "reset_stats",
     "launch_blocking", "set_launch_blocking", "unavailable_reason",
+    "memory_summary", "set_per_process_memory_fraction", "get_per_process_memory_fraction",
+    "check_bounds", "set_check_bounds", "OutOfMemoryError",
 ]
+
+OutOfMemoryError = torch.OutOfMemoryError  # what an exhausted tpu raises (torch.cuda has it too)
 
 _in_bad_fork = False
 
@@ -188,7 +192,8 @@ def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
         "allocation.all.current": m["num_buffers"],
         "allocation.all.allocated": m["num_allocs"],
         "num_alloc_retries": 0,
-        "num_ooms": 0,
+        "num_ooms": m["num_ooms"],
+        "limit_bytes": m["limit_bytes"],
     }
 
 
@@ -215,6 +220,92 @@ def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
 
 def empty_cache() -> None:
     """Nothing to do: buffers are freed when their storages die."""
+
+
+def _total_memory(idx: int) -> int:
+    """The device's memory in bytes: the host's RAM behind the XLA CPU plugin,
+    0 where PJRT's C API does not say."""
+    if _C._runtime_info()["platform_name"].lower() == "cpu":
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            return 0
+    return 0
+
+
+def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
+    """Limits this process's tensors on the device to ``fraction`` of its memory, as
+    ``torch.cuda.set_per_process_memory_fraction``: going past it raises
+    ``torch.OutOfMemoryError`` before anything is allocated. ``TPUC_MEMORY_LIMIT``
+    (bytes, e.g. ``8G``) sets a limit at start-up; a fraction of 1 lifts it."""
+    if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise ValueError(f"invalid fraction {fraction!r}: expected a number in [0, 1]")
+    idx = _get_device_index(device)
+    if fraction >= 1:
+        _C._set_memory_limit(idx, 0)
+        return
+    total = _total_memory(idx)
+    if total <= 0:
+        raise RuntimeError("tpuc: the plugin does not report this device's memory size; "
+                           "set a limit in bytes with TPUC_MEMORY_LIMIT instead")
+    _C._set_memory_limit(idx, max(1, int(total * fraction)))
+
+
+def get_per_process_memory_fraction(device: _DeviceLike = None) -> float:
+    """The limit set by ``set_per_process_memory_fraction`` (1.0: none)."""
+    idx = _get_device_index(device)
+    limit = _C._memory_stats(idx)["limit_bytes"]
+    total = _total_memory(idx)
+    return 1.0 if limit <= 0 or total <= 0 else min(1.0, limit / total)
+
+
+def _fmt_bytes(n: int) -> str:
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{int(v)} {unit}" if unit == "B" else f"{v:.2f} {unit}"
+        v /= 1024
+    return f"{n} B"
+
+
+def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:
+    """A printable table of the device's memory use, like ``torch.cuda.memory_summary()``:
+    tensor bytes now and at the peak (the peak includes programs' scratch memory),
+    live buffers, allocations ever made, out-of-memory errors and the limit."""
+    idx = _get_device_index(device)
+    m = _C._memory_stats(idx)
+    limit = m["limit_bytes"]
+    total = _total_memory(idx)
+    width = 75
+    line, thick = "|" + "-" * (width - 2) + "|", "|" + "=" * (width - 2) + "|"
+
+    def row(text: str) -> str:
+        return "|" + text.ljust(width - 2)[: width - 2] + "|"
+
+    rows = [
+        thick,
+        row(f" PyTorch tpu memory summary, device ID {idx} ({get_device_name(idx)})".center(width - 2)),
+        line,
+        row(f" OOMs: {m['num_ooms']:<10} limit: "
+            + (_fmt_bytes(limit) + " (set_per_process_memory_fraction)"
+               if limit > 0 else "none")),
+        thick,
+        row(f" {'Metric':<28}| {'Cur Usage':>12} | {'Peak Usage':>12} | {'Tot Alloc':>12}"),
+        line,
+        row(f" {'Allocated memory':<28}| {_fmt_bytes(m['bytes_in_use']):>12} | "
+            f"{_fmt_bytes(m['peak_bytes_in_use']):>12} | {'':>12}"),
+        row(f" {'Device buffers (tensors)':<28}| {m['num_buffers']:>12} | {'':>12} | "
+            f"{m['num_allocs']:>12}"),
+    ]
+    if not abbreviated:
+        rows += [
+            line,
+            row(" Buffers are freed when their storages die: nothing is cached, reserved"),
+            row(" equals allocated. The peak counts programs' scratch memory too."),
+            row(f" Device memory: {_fmt_bytes(total) if total else 'not reported by the plugin'}"),
+        ]
+    rows.append(thick)
+    return "\n".join(rows) + "\n"
 
 
 # ---- random numbers -------------------------------------------------------------------
@@ -306,6 +397,21 @@ def launch_blocking() -> bool:
 
 def set_launch_blocking(on: bool) -> None:
     _C._set_launch_blocking(bool(on))
+
+
+def check_bounds() -> bool:
+    """Whether index values are checked on the device outside debug mode."""
+    return bool(_C._check_bounds())
+
+
+def set_check_bounds(on: bool) -> None:
+    """Checks every index of index/gather/scatter/take/put/embedding/index_* ops
+    on the device in strict, fused and compiled execution too (``TPUC_CHECK_BOUNDS=1``):
+    no host wait per op; an out-of-range index raises PyTorch's IndexError (or
+    RuntimeError for gather/scatter) at the next synchronisation (``.item()``,
+    ``.cpu()``, ``torch.tpu.synchronize()``), as CUDA reports device-side asserts.
+    Debug mode always checks, at the op."""
+    _C._set_check_bounds(bool(on))
 
 
 def stats() -> dict[str, Any]:

@@ -216,7 +216,9 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
-  key_put(&k, "F", 1);
+  /* in debug mode (a compiled graph run at once) the chunk waits and checks */
+  bool wait = tpuc_get_mode(rt) == TPUC_MODE_DEBUG, checks = tpuc_checks_wanted(rt, wait);
+  key_put(&k, checks ? "G" : "F", 1);
   for (int i = 0; i < n && !st; i++) {
     const tpuc_op_call *c = &pd->recs[i].call;
     calls[i] = c;
@@ -253,7 +255,7 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
       st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
       goto done;
     }
-    st = plan_build(rt, calls, ts, os, n, &s, read, live, true, ne, "fused chunk");
+    st = plan_build(rt, calls, ts, os, n, &s, read, live, true, checks, ne, "fused chunk");
     if (st) {
       entry_free(ne);
       goto done;
@@ -264,8 +266,11 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
     if (e != ne) owned = ne;
     if (!e) e = ne;
   }
+  /* a graph with bounds checks is not captured for replay: replay launches do not read
+     the check results, so such a graph is recorded on every call instead */
+  if (checks) capture = NULL; /* *capture stays NULL: the caller records again */
   if (capture) st = replay_from_plan(rt, device, e, &s, read, live, calls, capture);
-  if (!st) st = plan_launch(rt, device, e, &s, calls, false);
+  if (!st) st = plan_launch(rt, device, e, &s, calls, wait);
   if (st && capture) {
     tpuc_replay_destroy(*capture);
     *capture = NULL;

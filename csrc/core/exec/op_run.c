@@ -11,7 +11,8 @@
  * executable; otherwise it may be only validated (fused mode). Returns the
  * lowering's refusal as TPUC_ERR_UNIMPLEMENTED. */
 static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, bool compile,
-                                fast_entry **out, fast_entry **owned, uint64_t *call_hash) {
+                                bool checks, fast_entry **out, fast_entry **owned,
+                                uint64_t *call_hash) {
   *out = *owned = NULL;
   /* small calls (nearly all) use the stack: no allocation on a cache hit */
   int tslot_small[32], oslot_small[16];
@@ -30,6 +31,7 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
   st = key_call(&k, c, s, tslot, oslot);
   if (st) goto done;
   if (call_hash) *call_hash = key_hash(&k); /* the call alone, not what its storages hold */
+  key_put(&k, checks ? "C" : "-", 1);       /* programs with run-time checks differ */
   if (s->n <= SLOTS_INLINE) {
     read = read_small;
     seen = seen_small;
@@ -73,7 +75,8 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
   }
   const tpuc_op_call *calls[1] = {c};
   int *ts[1] = {tslot}, *os[1] = {oslot};
-  st = plan_build(rt, calls, ts, os, 1, s, read, live, compile, ne, tpuc_op_name_of(c->op));
+  st = plan_build(rt, calls, ts, os, 1, s, read, live, compile, checks, ne,
+                  tpuc_op_name_of(c->op));
   if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
     ne->declined = strdup(tpuc_status_message(st)); /* later calls fall back at once */
   } else if (st) {
@@ -115,7 +118,7 @@ tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *si
   slot_set s;
   slots_init(&s);
   fast_entry *e = NULL, *owned = NULL;
-  tpuc_status *st = single_plan(rt, c, &s, false, &e, &owned, sig);
+  tpuc_status *st = single_plan(rt, c, &s, false, false, &e, &owned, sig);
   if (!st && e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
   entry_free(owned);
   slots_release(&s);
@@ -143,13 +146,13 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   slot_set s;
   slots_init(&s);
   fast_entry *e = NULL, *owned = NULL;
-  tpuc_status *st = single_plan(rt, c, &s, true, &e, &owned, NULL);
+  wait = wait || tpuc_get_mode(rt) == TPUC_MODE_DEBUG;
+  tpuc_status *st = single_plan(rt, c, &s, true, tpuc_checks_wanted(rt, wait), &e, &owned, NULL);
   if (!st) {
     if (e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
     else {
       const tpuc_op_call *calls[1] = {c};
-      st = plan_launch(rt, c->device, e, &s, calls,
-                       wait || tpuc_get_mode(rt) == TPUC_MODE_DEBUG);
+      st = plan_launch(rt, c->device, e, &s, calls, wait);
     }
   }
   entry_free(owned);

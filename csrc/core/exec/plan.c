@@ -197,6 +197,7 @@ void entry_free(fast_entry *e) {
   free(e->params);
   free(e->result_slot);
   free(e->aliased);
+  check_set_release(e->checks);
   free(e->key);
   free(e);
 }
@@ -272,6 +273,7 @@ typedef struct {
   bool *written; /* the program changed the slot */
   param_src *params;
   int nparams, cap;
+  tpuc_checks *checks; /* NULL: run-time checks off */
 } builder;
 
 static tpuc_status *add_param(builder *bd, param_src p, ir_type t, tv *out) {
@@ -353,9 +355,12 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
     otypes[i] = ir_make_type(o->dtype, o->ndim, o->sizes);
     results[i] = IR_NONE;
   }
-  tpuc_lower_ctx cx = {g, c, tvals, svals, otypes, results, no};
+  tpuc_lower_ctx cx = {g, c, tvals, svals, otypes, results, no, bd->checks};
+  int first_check = bd->checks ? bd->checks->n : 0;
   st = tpuc_op_lowering(c->op)(&cx);
   if (st) goto done;
+  for (int i = first_check; bd->checks && i < bd->checks->n; i++)
+    bd->checks->v[i].op = tpuc_op_name_of(c->op);
   if (ir_error(g)) {
     st = tpuc_status_make(TPUC_ERR_INTERNAL, "lowering %s: %s", tpuc_op_name_of(c->op),
                           ir_error(g));
@@ -412,10 +417,13 @@ static void dump(const char *text, size_t len, const char *name, uint64_t hash) 
 
 tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
                         int *const *tslots, int *const *oslots, int n, slot_set *s,
-                        const bool *read, const bool *live, bool compile, fast_entry *e,
-                        const char *name) {
+                        const bool *read, const bool *live, bool compile, bool checks,
+                        fast_entry *e, const char *name) {
   builder bd;
   memset(&bd, 0, sizeof bd);
+  tpuc_checks ck = {NULL, 0, 0, false};
+  check_set *cset = NULL;
+  if (checks) bd.checks = &ck;
   bd.s = s;
   bd.read = read;
   bd.g = ir_graph_create();
@@ -454,8 +462,21 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
       ir_output(bd.g, v);
       result_slot[nres++] = i;
     }
+  if (!st && ck.oom) st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (!st && ck.n > 0) { /* the checks, concatenated: one more result */
+    tv *parts = malloc((size_t)ck.n * sizeof *parts);
+    cset = parts ? check_set_new(ck.v, ck.n) : NULL;
+    if (!cset) {
+      free(parts);
+      st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+      goto done;
+    }
+    for (int i = 0; i < ck.n; i++) parts[i] = ck.v[i].value;
+    ir_output(bd.g, ck.n == 1 ? parts[0] : ir_concat(bd.g, parts, ck.n, 0));
+    free(parts);
+  }
   if (st) goto done;
-  if (nres == 0) { /* nothing kept: a program with a dummy result */
+  if (nres == 0 && !cset) { /* nothing kept: a program with a dummy result */
     ir_output(bd.g, ir_splat(bd.g, ir_make_type(TPUC_PRED, 0, NULL), 0));
   }
   if (compile) {
@@ -487,7 +508,12 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   free(e->aliased);
   e->aliased = aliased;
   aliased = NULL;
+  check_set_release(e->checks);
+  e->checks = cset;
+  cset = NULL;
 done:
+  check_set_release(cset);
+  free(ck.v);
   free(text);
   free(aliased);
   free(bd.param);
@@ -526,7 +552,8 @@ static tpuc_status *arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
 
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
                          const tpuc_op_call *const *calls, bool wait) {
-  int np = e->nparams, nr = e->nresults ? e->nresults : 1;
+  int np = e->nparams, nr = e->nresults + (e->checks ? 1 : 0);
+  if (nr == 0) nr = 1; /* the dummy result */
   tpuc_buffer *args_small[16] = {0}, *outs_small[8] = {0};
   bool made_small[16] = {false}, donate_small[16] = {false};
   bool small = np < 16 && nr <= 8; /* a single op: no allocation here */
@@ -545,13 +572,17 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
       args[i] = s->buffer[p->slot];
       /* donated only when the storage (rebound to the result below) and
        * this launch are its only holders: no other storage, no reader */
-      donate[i] = atomic_load(&rt->donate) && e->aliased && e->aliased[i] && atomic_load(&args[i]->refs) == 2;
+      /* (never when a failed check may leave the storage on its old buffer) */
+      donate[i] = atomic_load(&rt->donate) && e->aliased && e->aliased[i] &&
+                  atomic_load(&args[i]->refs) == 2 && !(wait && e->checks);
     } else {
       st = arg_buffer(rt, device, &calls[p->op]->args[p->arg], &args[i]);
       made[i] = !st;
     }
   }
   if (!st) st = tpuc_execute_donating(e->exe, device, args, donate, np, outs, wait);
+  if (!st && e->checks) /* waiting: a failure binds nothing, as the op raises */
+    st = tpuc_checks_after_launch(rt, e->checks, outs[e->nresults], wait);
   if (!st)
     for (int i = 0; i < e->nresults; i++) {
       tpuc_status *bs = tpuc_storage_bind(s->storage[e->result_slot[i]], outs[i]);

@@ -5,6 +5,7 @@
 #define TPUC_PLAN_H
 
 #include "../lower/lower.h"
+#include "checks.h"
 #include "exec.h"
 #include "view.h"
 
@@ -63,6 +64,7 @@ typedef struct tpuc_fast_entry {
   int nresults;
   int *result_slot; /* slot each program result is bound to */
   bool *aliased;    /* per parameter: an output may reuse its buffer (donation) */
+  check_set *checks; /* the run-time checks, returned as one more result; NULL: none */
   struct tpuc_fast_entry *next;
 } fast_entry;
 
@@ -77,14 +79,17 @@ fast_entry *cache_insert(tpuc_runtime *rt, fast_entry *e);
 
 /* Builds one program from calls[0..n-1] over slot set s and fills e's plan
  * (and, with `compile`, its executable). `live[i]` says whether slot i's
- * final value is a result. A lowering's refusal is TPUC_ERR_UNIMPLEMENTED. */
+ * final value is a result. With `checks`, the lowerings' run-time checks
+ * (index bounds) become one more result. A lowering's refusal is
+ * TPUC_ERR_UNIMPLEMENTED. */
 tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
                         int *const *tslots, int *const *oslots, int n, slot_set *s,
-                        const bool *read, const bool *live, bool compile, fast_entry *e,
-                        const char *name);
+                        const bool *read, const bool *live, bool compile, bool checks,
+                        fast_entry *e, const char *name);
 
 /* Runs e with the slots' initial buffers and the calls' scalars, and binds
- * each result to its storage. */
+ * each result to its storage. With `wait`, a failed run-time check is
+ * returned and nothing is bound; otherwise it is reported later. */
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
                          const tpuc_op_call *const *calls, bool wait);
 

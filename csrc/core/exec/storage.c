@@ -113,6 +113,7 @@ tpuc_status *tpuc_storage_download(tpuc_storage *s, void *dst, size_t nbytes) {
                             "tpuc_storage_download: %zu bytes asked of a storage of %zu", nbytes,
                             s->nbytes);
   tpuc_status *st = settle(s);
+  if (!st) st = tpuc_checks_report(s->rt); /* a host read reports device-side check failures */
   if (st) return st;
   tpuc_buffer *b = tpuc_storage_peek_buffer(s);
   if (!b) {

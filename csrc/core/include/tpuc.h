@@ -38,7 +38,8 @@ typedef enum {
   TPUC_ERR_OUT_OF_MEMORY,    /* host or device memory is exhausted */
   TPUC_ERR_COMPILE,          /* the plugin rejected a program */
   TPUC_ERR_RUNTIME,          /* a device computation or transfer failed */
-  TPUC_ERR_INTERNAL          /* a bug in tpuc */
+  TPUC_ERR_INTERNAL,         /* a bug in tpuc */
+  TPUC_ERR_INDEX             /* an index out of range (PyTorch's IndexError) */
 } tpuc_code;
 
 typedef struct tpuc_status tpuc_status;
@@ -112,10 +113,20 @@ typedef struct {
   int64_t peak_bytes_in_use;
   int64_t num_buffers;
   int64_t num_allocs; /* buffers ever created on the device */
+  int64_t limit_bytes; /* tpuc's limit (0: none) */
+  int64_t num_ooms;    /* allocations refused: over the limit or by the plugin */
 } tpuc_memory_stats;
 
 tpuc_status *tpuc_memory_stats_get(tpuc_runtime *rt, int device, tpuc_memory_stats *out);
 tpuc_status *tpuc_memory_reset_peak(tpuc_runtime *rt, int device);
+/* A limit on tpuc's device bytes (0: none; $TPUC_MEMORY_LIMIT sets it for
+ * every device at creation, e.g. "8G"). An upload or a program launch that
+ * would take the bytes in use (plus the program's scratch) past it fails
+ * with TPUC_ERR_OUT_OF_MEMORY before the plugin allocates anything, as a
+ * device's own memory would; the process stays usable. Out-of-memory errors
+ * of the plugin itself are TPUC_ERR_OUT_OF_MEMORY too, and every such
+ * message says what was requested, what is in use, the peak and what to try. */
+tpuc_status *tpuc_memory_set_limit(tpuc_runtime *rt, int device, int64_t bytes);
 
 typedef struct {
   int64_t executions;      /* programs launched */
@@ -334,6 +345,16 @@ tpuc_mode tpuc_get_mode(tpuc_runtime *rt);
  * $TPUC_DONATE=0 turns it off): a storage's old buffer is donated to the
  * program that computes its new value when nothing else holds it. */
 void tpuc_set_donation(tpuc_runtime *rt, bool on);
+/* Bounds checks of index values (index, gather, scatter, take, put,
+ * embedding, index_select/add/copy/fill, index_put). They are computed
+ * inside each op's program and always on in DEBUG mode (and when tpuc_op_run
+ * waits), where the op itself fails with TPUC_ERR_INDEX (or TPUC_ERR_RUNTIME
+ * for gather/scatter, as PyTorch's RuntimeError) and binds no result. Turned
+ * on here (or by $TPUC_CHECK_BOUNDS=1) they also run in STRICT, FUSED and
+ * GRAPH modes without any wait: a failure is reported by the next
+ * synchronisation point (tpuc_synchronize, a host read of a storage). */
+void tpuc_set_check_bounds(tpuc_runtime *rt, bool on);
+bool tpuc_get_check_bounds(tpuc_runtime *rt);
 /* Ops recorded and not yet run on `device` (-1: all devices). */
 int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
 /* Runs the ops recorded for `device` (-1: every device) now. */

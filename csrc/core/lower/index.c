@@ -3,8 +3,11 @@
  * indexing, boolean masks included), index_put / _index_put_impl_,
  * index_add, index_copy, index_fill, masked_scatter, take, put, embedding
  * and embedding_dense_backward. Everything becomes a StableHLO gather or
- * scatter; negative indices wrap like PyTorch. Out-of-range indices are a
- * user error PyTorch reports; here XLA clamps (gather) or drops (scatter). */
+ * scatter; negative indices wrap like PyTorch where PyTorch accepts them.
+ * Out-of-range indices are a user error PyTorch reports; XLA would clamp
+ * (gather) or drop (scatter), so when checks are on every index is checked
+ * inside the program with PyTorch's own range and words (lx_check_index,
+ * lower/bounds.c). */
 #include "lower_ops.h"
 
 /* ---- building blocks ---- */
@@ -43,6 +46,7 @@ static tpuc_status *l_index_select(tpuc_lower_ctx *cx) {
   tv x = at_least_1d(g, lx_tensor(cx, 0));
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], false, TPUC_CHECK_IN_SELF, dim);
   tv idx = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
   cx->results[0] = lo_out(g, ir_reshape(g, lo_take_dim(g, x, dim, idx), ot.ndim, ot.dims), ot);
   return NULL;
@@ -55,6 +59,7 @@ static tpuc_status *l_gather(tpuc_lower_ctx *cx) {
   tv x = at_least_1d(g, lx_tensor(cx, 0));
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], false, TPUC_CHECK_DIM_RUNTIME, dim);
   tv idx = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
   if (ir_numel(&ot) == 0) {
     cx->results[0] = ir_splat(g, ot, 0.0);
@@ -70,6 +75,7 @@ static tpuc_status *l_take(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tv x = lx_tensor(cx, 0);
   ir_type xt = ir_type_of(g, x);
+  lx_check_index(cx, lx_tensor(cx, 1), ir_numel(&xt), true, TPUC_CHECK_FLAT, 0);
   if (ir_numel(&ot) == 0) { /* no index: nothing to gather (a gather from an empty x is invalid) */
     cx->results[0] = ir_splat(g, ot, 0.0);
     return NULL;
@@ -86,6 +92,7 @@ static tpuc_status *l_embedding(tpuc_lower_ctx *cx) {
   ir_graph *g = cx->g;
   ir_type ot = lx_out(cx, 0);
   tv w = lx_tensor(cx, 0);
+  lx_check_index(cx, lx_tensor(cx, 1), ir_type_of(g, w).dims[0], false, TPUC_CHECK_IN_SELF, 0);
   tv idx = lo_wrap_index(g, lx_tensor(cx, 1), ir_type_of(g, w).dims[0]);
   cx->results[0] = lo_out(g, lo_take_dim(g, w, 0, idx), ot);
   return NULL;
@@ -99,6 +106,8 @@ static tpuc_status *l_embedding_backward(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   if (ot.ndim != 2) return lx_unimplemented(cx, "embedding weight of rank != 2");
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
+  /* PyTorch's CPU kernel silently drops such rows; the forward raised */
+  lx_check_index(cx, lx_tensor(cx, 1), ot.dims[0], false, TPUC_CHECK_IN_SELF, 0);
   tv gr = ir_convert(g, lx_tensor(cx, 0), cd);
   tv idx = ir_convert(g, lx_tensor(cx, 1), TPUC_S64);
   int64_t n = ir_numel(ir_typeof(g, idx)), nw = ot.dims[0], dd = ot.dims[1];
@@ -151,6 +160,7 @@ static tpuc_status *lower_scatter(tpuc_lower_ctx *cx, bool add) {
   tv x = ir_convert(g, at_least_1d(g, lx_tensor(cx, 0)), ot.dtype);
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], false, TPUC_CHECK_DIM_RUNTIME, dim);
   tv index = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
   const tpuc_arg *a3 = lx_arg(cx, 3);
   tv src = a3 && a3->kind == TPUC_ARG_SCALAR ? lx_scalar(cx, 3, ot.dtype) : lx_tensor(cx, 3);
@@ -179,6 +189,7 @@ static tpuc_status *l_scatter_reduce(tpuc_lower_ctx *cx) {
   tv x = ir_convert(g, at_least_1d(g, lx_tensor(cx, 0)), ot.dtype);
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], false, TPUC_CHECK_DIM_RUNTIME, dim);
   tv index = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
   const char *rs = lx_string(cx, 4);
   bool mean = rs && !strcmp(rs, "mean"), self_in = lx_bool(cx, 5, true);
@@ -224,6 +235,11 @@ static tpuc_status *lower_index_add(tpuc_lower_ctx *cx, bool copy) {
   tv x = ir_convert(g, at_least_1d(g, lx_tensor(cx, 0)), ot.dtype);
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  /* PyTorch's CPU words: index_copy_ its own; index_add "in self" for 1-d self,
+   * a RuntimeError naming the dimension otherwise */
+  lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], false,
+                 copy ? TPUC_CHECK_COPY : xt.ndim > 1 ? TPUC_CHECK_DIM_RUNTIME : TPUC_CHECK_IN_SELF,
+                 dim);
   tv idx = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
   tv src = ir_convert(g, lx_tensor(cx, 3), ot.dtype);
   ir_type st = xt;
@@ -245,6 +261,7 @@ static tpuc_status *l_index_fill(tpuc_lower_ctx *cx) {
   tv x = ir_convert(g, at_least_1d(g, lx_tensor(cx, 0)), ot.dtype);
   ir_type xt = ir_type_of(g, x);
   int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], true, TPUC_CHECK_DIM_INDEX, dim);
   tv idx = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
   const tpuc_arg *a3 = lx_arg(cx, 3);
   tv v = a3 && a3->kind == TPUC_ARG_SCALAR ? lx_scalar(cx, 3, ot.dtype)
@@ -348,7 +365,8 @@ static int opt_tensors(const tpuc_lower_ctx *cx, int i, tv *out, int max) {
 /* Parses self's index list. count: the number of true elements when a mask
  * is present (from the result's static shape), else ignored. Fails (false)
  * for combinations this file does not lower. */
-static bool adv_parse(ir_graph *g, tv self, const tv *list, int n, adv_index *ai) {
+static bool adv_parse(tpuc_lower_ctx *cx, tv self, const tv *list, int n, adv_index *ai) {
+  ir_graph *g = cx->g;
   ir_type st = ir_type_of(g, self);
   memset(ai, 0, sizeof *ai);
   ai->r = st.ndim;
@@ -371,6 +389,7 @@ static bool adv_parse(ir_graph *g, tv self, const tv *list, int n, adv_index *ai
       ai->mask = list[i];
       for (int j = 0; j < used; j++) ai->dims[ai->k++] = dim + j;
     } else {
+      lx_check_index(cx, list[i], st.dims[dim], true, TPUC_CHECK_DIM_INDEX, dim);
       ai->idx[ai->k] = lo_wrap_index(g, list[i], st.dims[dim]);
       ai->dims[ai->k++] = dim;
     }
@@ -455,7 +474,7 @@ static tpuc_status *l_index(tpuc_lower_ctx *cx) {
   tv self = lx_tensor(cx, 0), list[TPUC_MAX_DIMS];
   int n = opt_tensors(cx, 1, list, TPUC_MAX_DIMS);
   adv_index ai;
-  if (n > TPUC_MAX_DIMS || !adv_parse(g, self, list, n, &ai))
+  if (n > TPUC_MAX_DIMS || !adv_parse(cx, self, list, n, &ai))
     return lx_unimplemented(cx, "index combination");
   int p = ai.adjacent ? (int)ai.dims[0] : 0;
   if (ai.mask_at >= 0) adv_expand_mask(g, self, &ai, ot.dims[p]);
@@ -523,7 +542,7 @@ static tpuc_status *l_index_put(tpuc_lower_ctx *cx) {
   tv values = ir_convert(g, lx_tensor(cx, 2), ot.dtype);
   ir_reducer combine = lx_bool(cx, 3, false) ? IR_RED_SUM : IR_SCATTER_REPLACE;
   adv_index ai;
-  if (n > TPUC_MAX_DIMS || !adv_parse(g, self, list, n, &ai))
+  if (n > TPUC_MAX_DIMS || !adv_parse(cx, self, list, n, &ai))
     return lx_unimplemented(cx, "index combination");
   if (ir_numel(&ot) == 0) {
     cx->results[0] = self;
@@ -583,6 +602,7 @@ static tpuc_status *l_put(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   int64_t n = ir_numel(&ot);
   tv x = ir_reshape(g, ir_convert(g, lx_tensor(cx, 0), ot.dtype), 1, &n);
+  lx_check_index(cx, lx_tensor(cx, 1), n, true, TPUC_CHECK_FLAT, 0);
   tv idx = lo_wrap_index(g, lx_tensor(cx, 1), n);
   int64_t k = ir_numel(ir_typeof(g, idx));
   if (k == 0 || n == 0) {

@@ -14,6 +14,32 @@
 #include "../ir/ir.h"
 #include "tpuc.h"
 
+/* Run-time checks (bounds of index values): each is an s64[2] value
+ * {failed (0/1), the first offending index} computed inside the program and
+ * returned as an extra result when checks are on (debug mode,
+ * TPUC_CHECK_BOUNDS=1); exec/checks.c turns a failure into PyTorch's error. */
+typedef enum {
+  TPUC_CHECK_DIM_INDEX,   /* IndexError: index V is out of bounds for dimension D with size N */
+  TPUC_CHECK_DIM_RUNTIME, /* RuntimeError: the same words (gather, scatter) */
+  TPUC_CHECK_IN_SELF,     /* IndexError: index out of range in self (embedding, index_select, index_add) */
+  TPUC_CHECK_FLAT,        /* IndexError: out of range: tried to access index V on a tensor of N elements */
+  TPUC_CHECK_COPY         /* IndexError: index_copy_(): index V is out of bounds for dimension D ... */
+} tpuc_check_kind;
+
+typedef struct {
+  tv value; /* s64[2] */
+  tpuc_check_kind kind;
+  int dim;
+  int64_t size;
+  const char *op; /* the op's name, set by the engine after the lowering */
+} tpuc_check;
+
+typedef struct {
+  tpuc_check *v;
+  int n, cap;
+  bool oom;
+} tpuc_checks;
+
 typedef struct {
   ir_graph *g;
   const tpuc_op_call *call;
@@ -25,6 +51,7 @@ typedef struct {
   const ir_type *out_types; /* per output */
   tv *results;             /* per output, set by the lowering */
   int noutputs;
+  tpuc_checks *checks;     /* NULL: run-time checks are off (lx_check_index adds nothing) */
 } tpuc_lower_ctx;
 
 typedef tpuc_status *(*tpuc_lower_fn)(tpuc_lower_ctx *cx);
@@ -85,6 +112,12 @@ int64_t lx_dim(int64_t dim, int ndim);
 /* The dtype used to compute in: f32 for f16/bf16 (PyTorch's CPU upcasts
  * reductions and many unary ops), else the dtype itself. */
 tpuc_dtype lx_compute_dtype(tpuc_dtype d);
+
+/* lower/bounds.c: adds a check that every element of the integer index
+ * `idx` lies in [-size, size) (allow_negative) or [0, size), reported as
+ * `kind` naming dimension `dim`. A no-op when checks are off. */
+void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negative,
+                    tpuc_check_kind kind, int dim);
 
 tpuc_status *lx_unimplemented(const tpuc_lower_ctx *cx, const char *why);
 

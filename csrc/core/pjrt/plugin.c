@@ -54,6 +54,13 @@ static tpuc_code code_from_pjrt(int c) {
   }
 }
 
+static bool contains(const char *s, size_t n, const char *w) {
+  size_t k = strlen(w);
+  for (size_t i = 0; i + k <= n; i++)
+    if (!memcmp(s + i, w, k)) return true;
+  return false;
+}
+
 tpuc_status *tpuc_plugin_error(const tpuc_plugin *p, pj_error *err, const char *what) {
   if (!err) return NULL;
   typedef void (*msg_fn)(pj_error_message_args *);
@@ -89,8 +96,15 @@ tpuc_status *tpuc_plugin_error(const tpuc_plugin *p, pj_error *err, const char *
       destroy(&d);
     }
   }
-  tpuc_status *s = tpuc_status_make(code_from_pjrt(code), "%s: %.*s", what ? what : "PJRT",
-                                    (int)text_len, text);
+  tpuc_code tc = code_from_pjrt(code);
+  /* The XLA CPU plugin reports a failed allocation inside an asynchronous
+   * execution ("Error preparing computation: Out of memory allocating N
+   * bytes") without RESOURCE_EXHAUSTED: recognise its words (all versions
+   * seen, xla-cpu-pjrt 0.x) so that it is an out-of-memory error too. */
+  if (tc == TPUC_ERR_RUNTIME &&
+      (contains(text, text_len, "Out of memory") || contains(text, text_len, "RESOURCE_EXHAUSTED")))
+    tc = TPUC_ERR_OUT_OF_MEMORY;
+  tpuc_status *s = tpuc_status_make(tc, "%s: %.*s", what ? what : "PJRT", (int)text_len, text);
   if (destroy) {
     pj_error_destroy_args d = {0};
     d.struct_size = PJ_SIZE(pj_error_destroy_args, error);

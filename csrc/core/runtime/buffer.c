@@ -137,7 +137,10 @@ tpuc_status *tpuc_buffer_from_host(tpuc_runtime *rt, int device, tpuc_dtype dtyp
   a.num_dims = (size_t)ndim;
   a.host_buffer_semantics = PJ_HOST_IMMUTABLE_ONLY_DURING_CALL;
   a.device = rt->devices[device].device;
-  if ((s = tpuc_plugin_error(&rt->plugin, from_host(&a), "copying to the device"))) return s;
+  int64_t nbytes = numel * (int64_t)tpuc_dtype_size(dtype);
+  if ((s = tpuc_memory_admit(rt, device, nbytes, "copying to the device"))) return s;
+  if ((s = tpuc_plugin_error(&rt->plugin, from_host(&a), "copying to the device")))
+    return tpuc_oom_explain(rt, device, s, nbytes);
   /* With these semantics the data is read during the call; the event only
    * needs to be released. */
   if (a.done_with_host_buffer)
@@ -170,8 +173,9 @@ tpuc_status *tpuc_buffer_to_host(tpuc_buffer *b, void *dst, size_t nbytes) {
   a.dst = dst;
   a.dst_size = nbytes;
   tpuc_status *s = tpuc_plugin_error(p, to_host(&a), "copying to the host");
-  if (s) return s;
-  return tpuc_event_wait(b->rt, a.event, "copying to the host");
+  if (!s) s = tpuc_event_wait(b->rt, a.event, "copying to the host");
+  /* the error of the program that produced b, e.g. its scratch memory */
+  return tpuc_oom_explain(b->rt, b->device, s, -1);
 }
 
 static tpuc_status *ready_event(tpuc_buffer *b, pj_event **ev) {
@@ -188,8 +192,8 @@ static tpuc_status *ready_event(tpuc_buffer *b, pj_event **ev) {
 tpuc_status *tpuc_buffer_await(tpuc_buffer *b) {
   pj_event *ev = NULL;
   tpuc_status *s = ready_event(b, &ev);
-  if (s) return s;
-  return tpuc_event_wait(b->rt, ev, "device computation failed");
+  if (!s) s = tpuc_event_wait(b->rt, ev, "device computation failed");
+  return tpuc_oom_explain(b->rt, b->device, s, -1);
 }
 
 bool tpuc_buffer_is_ready(tpuc_buffer *b) {

@@ -53,7 +53,12 @@ void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes) 
     d = buf;
   }
   if (!strcmp(d, "off") || !strcmp(d, "0")) return;
-  if (mkdirs(d)) return; /* unusable directory: the disk tier stays off */
+  if (mkdirs(d)) { /* unusable directory: the disk tier stays off */
+    fprintf(stderr, "tpuc: warning: the compile cache directory %s cannot be created (%s); "
+                    "compiled programs are not kept on disk (set TPUC_CACHE_DIR)\n",
+            d, strerror(errno));
+    return;
+  }
   rt->disk_dir = strdup(d);
   const char *mb = getenv("TPUC_CACHE_MAX_BYTES");
   rt->disk_max_bytes = max_bytes > 0 ? max_bytes : (mb && *mb ? atoll(mb) : DEFAULT_MAX_BYTES);
@@ -267,6 +272,7 @@ void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_ex
     memcpy(header + 8, key, 32);
     memcpy(header + 40, &plen, 8);
     memcpy(header + 48, &sum, 8);
+    errno = 0;
     FILE *f = fopen(tmp, "wb");
     bool ok = f && fwrite(header, 1, HEADER_SIZE, f) == HEADER_SIZE &&
               fwrite(a.serialized_bytes, 1, plen, f) == plen;
@@ -274,7 +280,14 @@ void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_ex
     if (ok && !rename(tmp, path)) {
       count(rt, &rt->disk_writes);
     } else {
+      int err = errno;
       unlink(tmp);
+      /* a full or read-only disk costs only compile time later: say so once */
+      if (!atomic_exchange(&rt->disk_warned, true))
+        fprintf(stderr, "tpuc: warning: cannot write to the compile cache in %s (%s); running "
+                        "on, but new processes will compile these programs again. Free space, "
+                        "fix permissions or set TPUC_CACHE_DIR (\"off\" disables it)\n",
+                rt->disk_dir, err ? strerror(err) : "write failed");
     }
   }
   tpuc_status_destroy(s);

@@ -60,6 +60,19 @@ tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *
   pj_buffer **out_lists[1] = {out_bufs};
   pj_event *complete[1] = {NULL};
 
+  /* what the launch allocates: its outputs and scratch, less what donated
+   * arguments hand over */
+  int64_t need = e->temp_bytes;
+  for (int i = 0; i < e->num_outputs; i++) {
+    int64_t n = (int64_t)tpuc_dtype_size(e->out_dtypes[i]);
+    for (int k = 0; k < e->out_ndims[i]; k++) n *= e->out_dims[i][k];
+    need += n;
+  }
+  for (int i = 0; donate && i < nargs; i++)
+    if (donate[i]) need -= (int64_t)args[i]->nbytes;
+  if ((s = tpuc_memory_admit(rt, device, need, "launching a program: its outputs and scratch")))
+    goto done;
+
   pj_execute_args a = {0};
   a.struct_size = PJ_SIZE(pj_execute_args, execute_device);
   a.executable = e->exe;
@@ -71,7 +84,10 @@ tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *
   a.device_complete_events = complete; /* waited for here, or kept for synchronize */
   a.execute_device = rt->devices[device].device;
   s = tpuc_plugin_error(p, execute(&a), "launching a program");
-  if (s) goto done;
+  if (s) {
+    s = tpuc_oom_explain(rt, device, s, need);
+    goto done;
+  }
   atomic_fetch_add(&rt->executions, 1);
   for (int i = 0; donate && i < nargs; i++) /* their memory now holds outputs */
     if (donate[i] && !atomic_exchange(&args[i]->donated, true)) {
@@ -99,6 +115,7 @@ tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *
     complete[0] = NULL;
   }
   tpuc_status *ws = tpuc_event_wait(rt, complete[0], "device computation failed");
+  ws = tpuc_oom_explain(rt, device, ws, -1);
   if (ws && !s) {
     for (int i = 0; i < e->num_outputs; i++) tpuc_buffer_release(outs[i]);
     s = ws;
@@ -151,10 +168,13 @@ tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device) {
       }
       pthread_mutex_unlock(&rt->mem_lock);
       if (!ev) break;
-      tpuc_status *s = tpuc_event_wait(rt, ev, "device computation failed");
+      tpuc_status *s = tpuc_oom_explain(rt, dv, tpuc_event_wait(rt, ev, "device computation failed"), -1);
       if (s && !first) first = s;
       else tpuc_status_destroy(s);
     }
   }
+  tpuc_status *cs = tpuc_checks_report(rt); /* device-side bounds checks */
+  if (cs && !first) first = cs;
+  else tpuc_status_destroy(cs);
   return first;
 }

@@ -54,6 +54,7 @@ typedef struct tpuc_device_rec {
   char *description;
   /* accounting, under mem_lock */
   int64_t bytes_in_use, peak_bytes, num_buffers, num_allocs;
+  int64_t limit_bytes, num_ooms; /* memory.c */
 } tpuc_device_rec;
 
 typedef struct tpuc_cache_entry tpuc_cache_entry;
@@ -80,6 +81,7 @@ struct tpuc_runtime {
   char *disk_dir; /* NULL: off */
   int64_t disk_max_bytes;
   int64_t disk_hits, disk_misses, disk_writes, disk_corrupt, disk_evictions;
+  atomic_bool disk_warned; /* a failed write was reported (once per runtime) */
   double load_seconds;
 
   /* the op engine's signature cache (exec/op_run.c) */
@@ -96,6 +98,9 @@ struct tpuc_runtime {
   atomic_llong executions;
   atomic_llong donations;
   atomic_llong live_objects; /* buffers + executables not yet destroyed */
+  /* run-time checks (exec/checks.c) */
+  atomic_bool check_bounds;            /* TPUC_CHECK_BOUNDS=1 / tpuc_set_check_bounds */
+  struct tpuc_check_state *checks;     /* results kept until the next synchronisation */
 };
 
 void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta_bytes);
@@ -158,6 +163,17 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
 void tpuc_cache_clear(tpuc_runtime *rt);
 
+/* ---- memory.c ---- */
+/* Applies $TPUC_MEMORY_LIMIT to every device (runtime creation). */
+void tpuc_memory_limit_init(tpuc_runtime *rt);
+/* NULL when `bytes` more fit under the device's limit, else an
+ * out-of-memory status naming `what` (counted in num_ooms). */
+tpuc_status *tpuc_memory_admit(tpuc_runtime *rt, int device, int64_t bytes, const char *what);
+/* An out-of-memory status `s` (others pass through) with the device's
+ * usage and advice appended; `requested` < 0: read "allocating N bytes"
+ * from the plugin's message. Counts it in num_ooms. */
+tpuc_status *tpuc_oom_explain(tpuc_runtime *rt, int device, tpuc_status *s, int64_t requested);
+
 /* ---- disk_cache.c ---- */
 void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes);
 void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const void *opts,
@@ -172,5 +188,11 @@ void tpuc_fast_cache_clear(tpuc_runtime *rt);
 void tpuc_recompiles_destroy(tpuc_runtime *rt);
 /* exec/fused.c: runs what is pending and frees the recording state. */
 void tpuc_fused_destroy(tpuc_runtime *rt);
+/* exec/checks.c: the kept results of run-time checks (index bounds). */
+tpuc_status *tpuc_checks_init(tpuc_runtime *rt);
+void tpuc_checks_destroy(tpuc_runtime *rt);
+/* Reads every kept check result (waiting for them) and returns the first
+ * failure not yet reported; called at each synchronisation point. */
+tpuc_status *tpuc_checks_report(tpuc_runtime *rt);
 
 #endif /* TPUC_INTERNAL_H */

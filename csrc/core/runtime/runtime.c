@@ -165,6 +165,8 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
   if (!s) s = client_string(rt, PJ_SLOT_CLIENT_PLATFORM_VERSION, "PJRT_Client_PlatformVersion",
                             &rt->platform_version);
   if (!s) s = list_devices(rt);
+  if (!s) s = tpuc_checks_init(rt);
+  if (!s) tpuc_memory_limit_init(rt);
   if (s) {
     tpuc_runtime_destroy(rt);
     return s;
@@ -181,6 +183,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (!rt) return;
   tpuc_fused_destroy(rt);
   if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
+  tpuc_checks_destroy(rt);
   tpuc_fast_cache_clear(rt);
   free(rt->fast_buckets);
   tpuc_recompiles_destroy(rt);
@@ -275,6 +278,8 @@ tpuc_status *tpuc_memory_stats_get(tpuc_runtime *rt, int device, tpuc_memory_sta
   out->peak_bytes_in_use = d->peak_bytes;
   out->num_buffers = d->num_buffers;
   out->num_allocs = d->num_allocs;
+  out->limit_bytes = d->limit_bytes;
+  out->num_ooms = d->num_ooms;
   pthread_mutex_unlock(&rt->mem_lock);
   return NULL;
 }
