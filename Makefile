@@ -22,7 +22,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
 
 BENCH ?= full
-BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile
+BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile,tuning
 
 setup: $(STAMP)
 
@@ -62,7 +62,12 @@ test-c-asan: build/c-asan/build.ninja $(STAMP)
 	@for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; \
 	  TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/core/tests/lsan.supp build/c-asan/csrc/core/$$t || exit 1; done
 
-test-py: $(STAMP) $(VENV)/.deps-test
+# tpuc.kernel.from_jax's tests (tests/test_kernel.py): JAX's CPU build, optional for users.
+$(VENV)/.deps-jax: $(VENV)/.deps
+	$(PIP) install -q torch==2.13.0 jax==0.10.2  # torch named: keeps the CPU build
+	touch $@
+
+test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-jax
 	$(PY) -m pytest -q tests
 
 test: test-c test-c-asan test-py

@@ -82,6 +82,22 @@ def _plot_train(res: dict, path: str) -> bool:
     return True
 
 
+def _tuning_section(r: dict) -> list[str]:
+    """docs/tuning.md's example (bench/cases/tuning.py)."""
+    L = _header(r)
+    if not r.get("rows"):
+        return L
+    L += [f"{r.get('steps')} steps, median of {r.get('repetitions')} fresh processes per version "
+          "(empty compile cache each).", "",
+          "| version | seconds | programs compiled | recompiles | CPU fallbacks |",
+          "|---|---|---|---|---|"]
+    L += [f"| {row['version']} | {row['seconds']:.2f} | {row['compiles']} | {row['recompiles']} | "
+          f"{row['fallbacks']} |" for row in r["rows"]]
+    L += ["", f"Speed-up: {r['speedup']:.2f}x; same metric values: {r['same_metric']}; largest "
+              f"loss difference {r['max_loss_difference']:.2e}.", ""]
+    return L
+
+
 def rewrite(root: str) -> str:
     """Renders docs/performance.md again from bench/results/ (no measuring)."""
     res = _load(root)
@@ -212,6 +228,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
                       f"{strict['step_s']['median_s']:.3f} s. On the XLA CPU plugin the ceiling "
                       f"for fused and compiled execution is set by XLA's matmuls, not by tpuc's "
                       f"dispatch.", ""]
+    if "tuning" in res:
+        L += _tuning_section(res["tuning"])
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]

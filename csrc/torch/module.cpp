@@ -7,11 +7,18 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <string>
 
 namespace py = pybind11;
 using namespace tpuc_torch;
+
+namespace tpuc_torch {  // observe.cpp
+void observe_start(py::object callback);
+py::dict observe_stop();
+std::vector<at::Tensor> kernel_run(const std::string& text, const std::vector<at::Tensor>& inputs);  // kernel.cpp
+}  // namespace tpuc_torch
 
 namespace {
 
@@ -176,6 +183,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_flush", [](int device) {
     if (tpuc_runtime* rt = runtime_or_null()) check(tpuc_flush(rt, device), "running fused ops");
   }, py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
+
+  // tpuc doctor: time per kind/op, and a callback(kind, op, detail) at each
+  // recompile and fallback (observe.cpp).
+  m.def("_observe_start", &observe_start, py::arg("callback"));
+  m.def("_observe_stop", &observe_stop);
+  // tpuc.kernel: a StableHLO module run on tpu tensors (kernel.cpp).
+  m.def("_kernel_run", &kernel_run, py::arg("text"), py::arg("inputs"),
+        py::call_guard<py::gil_scoped_release>());
 
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(generator(device)));

@@ -63,6 +63,7 @@ typedef struct tpuc_fast_entry {
   int nresults;
   int *result_slot; /* slot each program result is bound to */
   bool *aliased;    /* per parameter: an output may reuse its buffer (donation) */
+  const char *name; /* static: the op's name or "fused chunk" (events) */
   struct tpuc_fast_entry *next;
 } fast_entry;
 
