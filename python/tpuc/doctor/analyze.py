@@ -108,59 +108,92 @@ def buckets_for(values: list[int], multiple: int = 8) -> list[int]:
 
 
 def check_recompiles(raw: dict[str, Any], multiple: int) -> list[Finding]:
+    """A call site whose op kept compiling for new shapes. The core notes a
+    recompile whenever an op compiles for a signature other than its last
+    one, which includes the first call at each of several sites (two Linear
+    layers of different sizes); what matters is one site seeing several
+    shapes, so the shapes are collected per (site, op, input)."""
     events = raw.get("events", {}).get("recompile", [])
-    total = raw.get("stats", {}).get("recompiles", 0)
-    if not events and not total:
-        return []
-    # group by the varying dimension's values (one cause shows in many ops)
-    groups: dict[tuple, dict[str, Any]] = {}
-    other: list[dict[str, Any]] = []
+    per_site: dict[tuple, dict[str, Any]] = {}
+    unattributed = 0
+    other: collections.Counter[str] = collections.Counter()
     for e in events:
+        if not e["frames"]:
+            unattributed += 1  # autograd's backward: no user frame
+            continue
+        site = _chain(e["frames"])
         m = _SHAPE.match(e["detail"])
         if not m:
-            other.append(e)
+            other[(site, e["detail"].split(":")[0])] += 1
             continue
-        a, b = _dims(m["a"]), _dims(m["b"])
-        if len(a) != len(b):
-            other.append(e)
+        key = (site, m["op"], int(m["i"]))
+        rec = per_site.setdefault(key, {"shapes": set(), "events": 0, "example": e["detail"]})
+        rec["shapes"].add(_dims(m["b"]))
+        rec["events"] += 1
+    # a dimension that varies at a site; findings merge sites with the same sizes
+    groups: dict[tuple, dict[str, Any]] = {}
+    for (site, op, _i), rec in per_site.items():
+        shapes = rec["shapes"]
+        # two sizes at one line are often two layers (fc2(fc1(x))): three or more vary
+        if len(shapes) < 3 or len({len(s) for s in shapes}) != 1:
             continue
-        varying = [d for d in range(len(a)) if a[d] != b[d]]
-        for d in varying:
-            g = groups.setdefault((len(a), d), {"values": set(), "ops": collections.Counter(),
-                                                "sites": collections.Counter(), "events": 0,
-                                                "example": e["detail"]})
-            g["values"].update((a[d], b[d]))
-            g["ops"][m["op"]] += 1
-            g["sites"][_chain(e["frames"])] += 1
-            g["events"] += 1
+        rank = len(next(iter(shapes)))
+        for d in range(rank):
+            vals = {s[d] for s in shapes}
+            if len(vals) < 3:
+                continue
+            g = groups.setdefault(tuple(sorted(vals)), {"sites": collections.Counter(),
+                                                        "ops": collections.Counter(),
+                                                        "events": 0, "dim": d, "rank": rank,
+                                                        "example": rec["example"]})
+            g["sites"][site] += rec["events"]
+            g["ops"][op] += rec["events"]
+            g["events"] += rec["events"]
+    # a set of sizes inside a larger one (a site that saw fewer of the lengths) joins it
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[0]), -kv[1]["events"]))
+    merged: list[tuple[tuple, dict[str, Any]]] = []
+    for vals_t, g in ranked:
+        host = next((h for hv, h in merged if set(vals_t) <= set(hv) and h["dim"] == g["dim"]), None)
+        if host is None:
+            merged.append((vals_t, g))
+            continue
+        host["sites"].update(g["sites"])
+        host["ops"].update(g["ops"])
+        host["events"] += g["events"]
+    merged.sort(key=lambda kv: -kv[1]["events"])
     out = []
-    for (rank, d), g in sorted(groups.items(), key=lambda kv: -kv[1]["events"]):
-        vals = sorted(g["values"])
+    for vals_t, g in merged[:3]:
+        vals = list(vals_t)
         bk = buckets_for(vals, multiple)
+        d = g["dim"]
+        extra = (f" (plus {unattributed} in autograd's backward, from the same shapes)"
+                 if unattributed else "")
         out.append(Finding(
             check="recompile", severity="high" if len(vals) > 2 else "medium",
-            title=(f"{g['events']} recompile(s): dimension {d} of rank-{rank} inputs took "
-                   f"{len(vals)} sizes ({_short(vals)})"),
+            title=(f"{g['events']} recompile(s){extra}: dimension {d} of rank-{g['rank']} inputs "
+                   f"took {len(vals)} sizes ({_short(vals)})"),
             advice=(f"Every new size compiles new programs. Pad dimension {d} up to a few bucket "
                     f"sizes: {bk} cover every size seen ({len(bk)} program set(s) instead of "
                     f"{len(vals)}), e.g. torch.nn.functional.pad(x, (0, bucket - x.shape[{d}])) "
                     "with a mask for the padding (attention mask / ignore_index=-100 in the "
                     "loss); or keep sequence lengths fixed in the data loader."),
             sites=[f"{s}  x{c}" for s, c in g["sites"].most_common(5)],
-            data={"dim": d, "rank": rank, "sizes": vals, "buckets": bk, "recompiles": g["events"],
+            data={"dim": d, "rank": g["rank"], "sizes": vals, "buckets": bk,
+                  "recompiles": g["events"], "unattributed": unattributed,
                   "ops": dict(g["ops"].most_common(10)), "example": g["example"]},
         ))
-    if other:
-        reasons = collections.Counter(e["detail"] for e in other)
+    repeated = {k: n for k, n in other.items() if n >= 3}
+    if repeated:
         out.append(Finding(
             check="recompile", severity="medium",
-            title=f"{len(other)} recompile(s) for other changes (dtype, strides, static arguments)",
+            title=f"{sum(repeated.values())} recompile(s) for other changes at the same lines "
+                  "(dtype, strides, static arguments)",
             advice=("A changing dtype, memory layout (strides: a transpose or slice fed in) or "
                     "static argument (an int or list given to the op, e.g. a dim or a size) "
                     "compiles a new program. Keep them the same from step to step "
                     "(.contiguous() once, fixed dtypes)."),
-            sites=[f"{_chain(e['frames'])}" for e in other[:5]],
-            data={"reasons": dict(reasons.most_common(10))},
+            sites=[f"{site} ({op})  x{n}" for (site, op), n in sorted(repeated.items(), key=lambda kv: -kv[1])[:5]],
+            data={"count": sum(repeated.values())},
         ))
     return out
 
@@ -189,17 +222,24 @@ def check_graph_breaks(raw: dict[str, Any]) -> list[Finding]:
                 sites[f"{path}:{line}"] += 1
                 break
     total = sum(counters.values()) if counters else len(logs)
+    why: collections.Counter[str] = collections.Counter()
+    for r in logs:
+        for ln in r["message"].splitlines():
+            if "reason" in ln.lower():
+                why[ln.split(":", 1)[-1].strip()[:200]] += 1
+                break
     reasons = sorted(counters.items(), key=lambda kv: -kv[1])[:8]
     return [Finding(
         check="graph_break", severity="high" if total > 1 else "medium",
-        title=f"torch.compile: {total} graph break(s)",
+        title=f"torch.compile: {total} graph break(s)"
+              + (f" ({why.most_common(1)[0][0]})" if why else ""),
         advice=("Each break splits the compiled function: the code between graphs runs eagerly "
                 "and each graph is its own program. Move what breaks (print, .item(), "
                 "data-dependent Python control flow, unsupported calls) out of the compiled "
                 "function, or replace it (torch.where instead of `if tensor:`); "
                 "torch._dynamo.explain(fn)(*args) lists them too."),
         sites=[f"{s}  x{c}" for s, c in sites.most_common(5)],
-        data={"reasons": dict(reasons), "log_records": len(logs)},
+        data={"reasons": dict(reasons) or dict(why.most_common(8)), "log_records": len(logs)},
     )]
 
 

@@ -29,6 +29,7 @@ import sysconfig
 import threading
 import time
 import traceback
+import warnings
 from typing import Any
 
 _SKIP_DIRS: tuple[str, ...] = ()
@@ -159,15 +160,27 @@ class _DynamoLog(logging.Handler):
 
 def _watch_dynamo() -> None:
     import torch._logging
+    from torch._logging._internal import log_registry
 
     torch._logging.set_logs(graph_breaks=True, recompiles=True)
     handler = _DynamoLog()
-    for name in ("torch.__graph_breaks", "torch.__recompiles"):
-        lg = logging.getLogger(name)
-        for h in list(lg.handlers):  # keep the user's stderr quiet: we report them
-            lg.removeHandler(h)
-        lg.addHandler(handler)
-        lg.propagate = False
+    # dynamo logs each artifact from the module that emits it
+    # ("torch._dynamo.symbolic_convert.__graph_breaks"): keep those records
+    # here, not on the user's stderr (the report has them)
+    for name in sorted(log_registry.artifact_log_qnames):
+        if name.endswith(("__graph_breaks", "__recompiles")):
+            lg = logging.getLogger(name)
+            lg.addHandler(handler)
+            lg.propagate = False
+
+
+def _is_tensor_or_optimizer(o: object) -> bool:
+    import torch
+
+    try:  # a dead weak proxy raises on isinstance
+        return isinstance(o, (torch.Tensor, torch.optim.Optimizer))
+    except Exception:
+        return False
 
 
 def _live_tensors() -> dict[str, int]:
@@ -177,7 +190,9 @@ def _live_tensors() -> dict[str, int]:
     seen: set[int] = set()
     out = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "other": 0}
     owner: dict[int, str] = {}
-    objs = gc.get_objects()
+    with warnings.catch_warnings():  # isinstance on deprecated module proxies warns
+        warnings.simplefilter("ignore")
+        objs = [o for o in gc.get_objects() if _is_tensor_or_optimizer(o)]
     for o in objs:
         if isinstance(o, torch.optim.Optimizer):
             for s in o.state.values():
@@ -248,13 +263,15 @@ def _finish(out_dir: str) -> None:
         props = torch.tpu.get_device_properties(0) if torch.tpu.is_available() else None
         raw["platform"] = props.platform if props else ""
         raw["device_name"] = props.name if props else ""
-        raw["memory"] = {
-            "peak_bytes": torch.tpu.max_memory_allocated(0) if torch.tpu.is_available() else 0,
-            "live_at_exit": _live_tensors(),
-        }
         raw["eager_mode"] = torch.tpu.get_eager_mode()
+        raw["memory"] = {
+            "peak_bytes": torch.tpu.max_memory_allocated(0) if torch.tpu.is_available() else 0}
     except Exception as e:  # never let the doctor break the program's exit
         raw["stats_error"] = str(e)
+    try:
+        raw.setdefault("memory", {})["live_at_exit"] = _live_tensors()
+    except Exception as e:
+        raw["memory_error"] = str(e)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"raw-{st.pid}.json")
     with open(path, "w") as f:

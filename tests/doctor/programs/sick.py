@@ -16,7 +16,7 @@ import torch.nn.functional as F
 ap = argparse.ArgumentParser()
 for flag in ("--fallback", "--varying", "--hw-bad", "--compile", "--graph-break"):
     ap.add_argument(flag, action="store_true")
-ap.add_argument("--steps", type=int, default=6)
+ap.add_argument("--steps", type=int, default=4)
 args = ap.parse_args()
 
 torch.manual_seed(0)
