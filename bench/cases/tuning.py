@@ -54,7 +54,7 @@ def run(quick: bool) -> dict:
     if not tpu_available():
         return {"title": "Tuning", "command": COMMAND, "rows": [],
                 "notes": "tpu unavailable on this install"}
-    steps, reps = (6, 1) if quick else (40, 3)
+    steps, reps = (6, 1) if quick else (10, 3)
     runs: dict[bool, list[dict]] = {False: [], True: []}
     for _ in range(reps):
         for tuned in (False, True):
@@ -84,5 +84,5 @@ def run(quick: bool) -> dict:
                  "median of the repetitions.",
     }
     if not quick:
-        result["doctor"] = _doctor(12)
+        result["doctor"] = _doctor(8)
     return result
