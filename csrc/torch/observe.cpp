@@ -193,11 +193,13 @@ void observe_start(py::object callback) {
   c.by_kind.clear(), c.compile_by_name.clear(), c.device_by_name.clear();
   c.fallback_by_name.clear(), c.launched.clear(), c.last_done.clear();
   c.on.store(true);
+  if (tpuc_runtime* rt = runtime_or_null()) tpuc_set_event_device_done(rt, true);
 }
 
 py::dict observe_stop() {
   Collector& c = collector();
   c.on.store(false);
+  if (tpuc_runtime* rt = runtime_or_null()) tpuc_set_event_device_done(rt, false);
   std::lock_guard<std::mutex> lock(c.mu);
   delete c.callback;
   c.callback = nullptr;

@@ -399,6 +399,8 @@ typedef struct {
 typedef void (*tpuc_event_fn)(const tpuc_event *ev, void *user);
 /* Sets (fn NULL: removes) the runtime's one observer. */
 void tpuc_set_event_hook(tpuc_runtime *rt, tpuc_event_fn fn, void *user);
+/* DEVICE_DONE events cost a callback per launch: off until asked for. */
+void tpuc_set_event_device_done(tpuc_runtime *rt, bool on);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,8 @@ void tpuc_event_emit(tpuc_runtime *rt, tpuc_event_kind kind, tpuc_event_phase ph
   fn(&ev, user);
 }
 
+void tpuc_set_event_device_done(tpuc_runtime *rt, bool on) { atomic_store(&rt->want_done, on); }
+
 uint64_t tpuc_event_next_id(tpuc_runtime *rt) { return atomic_fetch_add(&rt->event_ids, 1) + 1; }
 
 typedef struct {
@@ -46,7 +48,7 @@ static void on_done(tpuc_status *s, void *user) {
 
 void tpuc_event_on_done(tpuc_runtime *rt, tpuc_buffer *b, const char *name, int device,
                         uint64_t id) {
-  if (!b || !tpuc_events_on(rt)) return;
+  if (!b || !tpuc_events_on(rt) || !atomic_load(&rt->want_done)) return;
   done_ctx *c = malloc(sizeof *c);
   if (!c) return;
   *c = (done_ctx){rt, name, device, id};

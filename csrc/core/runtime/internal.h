@@ -102,6 +102,7 @@ struct tpuc_runtime {
   _Atomic(tpuc_event_fn) hook;
   void *hook_user;
   atomic_ullong event_ids;
+  atomic_bool want_done; /* report DEVICE_DONE (tpuc_set_event_device_done) */
 };
 
 /* ---- events.c ---- */

@@ -280,6 +280,7 @@ static void test_events(void) {
   pthread_mutex_init(&l.m, NULL);
   pthread_cond_init(&l.c, NULL);
   tpuc_set_event_hook(rt, on_event, &l);
+  tpuc_set_event_device_done(rt, true);
   float a[7] = {1, 2, 3, 4, 5, 6, 7}, got[7];
   int64_t three = 3, seven = 7;
   tpuc_storage *s3 = storage_f32(a, 3), *s7 = storage_f32(a, 7);
@@ -303,6 +304,7 @@ static void test_events(void) {
   CHECK(l.exec_id > 0 && l.done_id > 0);
   /* removed: nothing more is reported */
   tpuc_set_event_hook(rt, NULL, NULL);
+  tpuc_set_event_device_done(rt, false);
   int before = l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_BEGIN];
   CHECK_OK(run1(OP(k_add), i7, 2, contiguous(o7, 1, &seven), NULL, 0));
   read_f32(o7, got, 7);
