@@ -71,6 +71,11 @@ test-c-asan: build/c-asan/build.ninja $(STAMP)
 	@for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; \
 	  TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/core/tests/lsan.supp build/c-asan/csrc/core/$$t || exit 1; done
 
+# tpuc.kernel.from_jax's tests (tests/test_kernel.py): JAX's CPU build, optional for users.
+$(VENV)/.deps-jax: $(VENV)/.deps
+	$(PIP) install -q torch==2.13.0 jax==0.10.2  # torch named: keeps the CPU build
+	touch $@
+
 # TorchTitan 0.3.0 and what it imports (triton: unconditionally; never run on "tpu"), torch
 # pinned by the constraints file (docs/torchtitan.md). tests/torchtitan skip without it.
 $(VENV)/.deps-titan: $(VENV)/.deps python/tpuc/integrations/torchtitan/constraints.txt
@@ -79,7 +84,7 @@ $(VENV)/.deps-titan: $(VENV)/.deps python/tpuc/integrations/torchtitan/constrain
 
 titan-setup: $(VENV)/.deps-titan
 
-test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf
+test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
 	$(PY) -m pytest -q tests
 
 # The long model sweep (every family x every path); `make test` runs the CI slice.

@@ -98,6 +98,20 @@ def _torchtitan_section(r: dict) -> list[str]:
     L += ["", "| loss (forward + backward on tpu) | peak MiB |", "|---|---|"]
     L += [f"| {x['what']} | {x['peak_mib']:.1f} |" for x in r.get("loss_memory", [])]
     return L + [""]
+def _tuning_section(r: dict) -> list[str]:
+    """docs/tuning.md's example (bench/cases/tuning.py)."""
+    L = _header(r)
+    if not r.get("rows"):
+        return L
+    L += [f"{r.get('steps')} steps, median of {r.get('repetitions')} fresh processes per version "
+          "(empty compile cache each).", "",
+          "| version | seconds | programs compiled | recompiles | CPU fallbacks |",
+          "|---|---|---|---|---|"]
+    L += [f"| {row['version']} | {row['seconds']:.2f} | {row['compiles']} | {row['recompiles']} | "
+          f"{row['fallbacks']} |" for row in r["rows"]]
+    L += ["", f"Speed-up: {r['speedup']:.2f}x; same metric values: {r['same_metric']}; largest "
+              f"loss difference {r['max_loss_difference']:.2e}.", ""]
+    return L
 
 
 def rewrite(root: str) -> str:
@@ -291,6 +305,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L.append(f"| {row['workload']} ({row['unit']}) | {_span(row['off'])} | "
                      f"{_span(row['on'])} | {row['ratio']:.2f}x |")
         L.append("")
+    if "tuning" in res:
+        L += _tuning_section(res["tuning"])
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]

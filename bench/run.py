@@ -24,6 +24,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_h
          "collectives",
          "decode",
          "bounds",
+         "tuning",
          ]
 
 

@@ -150,6 +150,7 @@ void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   }
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack->size() - nargs;
+  FallbackScope observed(info.name, why);  // profiler range, doctor event
 
   // A random op draws from a CPU generator standing in for the tpu
   // generator's (seed, offset), so torch.tpu.manual_seed governs it too.

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <string>
 
@@ -16,6 +17,11 @@ using namespace tpuc_torch;
 namespace tpuc_torch {
 void register_replay(py::module_& m);  // replay.cpp: compiled graphs launched again
 }
+namespace tpuc_torch {  // observe.cpp
+void observe_start(py::object callback);
+py::dict observe_stop();
+std::vector<at::Tensor> kernel_run(const std::string& text, const std::vector<at::Tensor>& inputs);  // kernel.cpp
+}  // namespace tpuc_torch
 
 namespace {
 
@@ -199,6 +205,14 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
 
   register_replay(m);
+  // tpuc doctor: time per kind/op, and a callback(kind, op, detail) at each
+  // recompile and fallback (observe.cpp).
+  m.def("_observe_start", &observe_start, py::arg("callback"));
+  m.def("_observe_stop", &observe_stop);
+  // tpuc.kernel: a StableHLO module run on tpu tensors (kernel.cpp).
+  m.def("_kernel_run", &kernel_run, py::arg("text"), py::arg("inputs"),
+        py::call_guard<py::gil_scoped_release>());
+
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(generator(device)));
   });

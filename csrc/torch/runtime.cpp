@@ -72,6 +72,7 @@ tpuc_runtime* runtime_or_null() noexcept {
         tpuc_runtime_info info{};
         tpuc_runtime_info_get(s.rt, &info);
         s.count.store(info.device_count);
+        install_observer(s.rt);
       }
     }
     if (!s.rt) s.count.store(0);

@@ -106,6 +106,22 @@ void manual_seed_all(uint64_t seed);
 std::map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
 
+// ---- events (observe.cpp) ---------------------------------------------------------
+
+// Sets the runtime's event observer (profiler ranges, doctor statistics).
+void install_observer(tpuc_runtime* rt);
+// A CPU fallback of `op`, as a profiler range and a doctor event, for its scope.
+class FallbackScope {
+ public:
+  FallbackScope(const std::string& op, const std::string& why);
+  ~FallbackScope();
+  FallbackScope(const FallbackScope&) = delete;
+  FallbackScope& operator=(const FallbackScope&) = delete;
+
+ private:
+  std::string op_;
+};
+
 // ---- copies and storages' geometry (copy.cpp, views.cpp, native.cpp) ---------------
 
 // dst <- src through the core's "aten::copy_" on the device; false when the

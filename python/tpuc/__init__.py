@@ -69,6 +69,9 @@ def _register() -> None:
         eager.apply_environment()
     try:
         dynamo.register()  # torch.compile(backend="tpu")
+        from . import compile_default
+
+        compile_default.install()  # torch.compile(model) on "tpu" tensors: backend "tpu"
     except Exception as e:  # dynamo unavailable: eager use is unaffected
         warnings.warn(f"tpuc: torch.compile backend 'tpu' not registered: {e}", RuntimeWarning)
     try:

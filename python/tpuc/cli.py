@@ -1,4 +1,4 @@
-"""The ``tpuc`` command line: ``tpuc info [--json]``."""
+"""The ``tpuc`` command line: ``tpuc info [--json]``, ``tpuc doctor -- python train.py``."""
 from __future__ import annotations
 
 import argparse
@@ -63,10 +63,17 @@ def _info(as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["doctor"]:  # its own parser: everything after "--" is the program
+        from . import doctor
+
+        return doctor.main(args_in[1:])
     parser = argparse.ArgumentParser(prog="tpuc", description="PyTorch on TPUs with a C core")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="show the device, plugin and versions in use")
     info.add_argument("--json", action="store_true", help="print as JSON")
+    sub.add_parser("doctor", help="run a program instrumented and report what to change "
+                   "(tpuc doctor -- python train.py ...)")
     args = parser.parse_args(argv)
     if args.command == "info":
         return _info(args.json)

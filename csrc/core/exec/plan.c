@@ -491,7 +491,9 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
     pthread_mutex_lock(&rt->fast_lock);
     rt->emitted_bytes += (int64_t)len;
     pthread_mutex_unlock(&rt->fast_lock);
+    tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_BEGIN, name, "", -1, (int64_t)len, 0);
     st = tpuc_compile(rt, text, len, &e->exe);
+    tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_END, name, "", -1, (int64_t)len, 0);
     if (st) {
       st = tpuc_status_wrap(st, name);
       goto done;
@@ -499,6 +501,7 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   }
   free(e->params);
   free(e->result_slot);
+  e->name = name;
   e->nparams = bd.nparams;
   e->params = bd.params;
   bd.params = NULL;
@@ -580,7 +583,17 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
       made[i] = !st;
     }
   }
-  if (!st) st = tpuc_execute_donating(e->exe, device, args, donate, np, outs, wait);
+  if (!st) {
+    bool observed = tpuc_events_on(rt);
+    uint64_t id = observed ? tpuc_event_next_id(rt) : 0;
+    const char *name = e->name ? e->name : "";
+    if (observed) tpuc_event_emit(rt, TPUC_EVENT_EXECUTE, TPUC_EVENT_BEGIN, name, "", device, 0, id);
+    st = tpuc_execute_donating(e->exe, device, args, donate, np, outs, wait);
+    if (observed) {
+      tpuc_event_emit(rt, TPUC_EVENT_EXECUTE, TPUC_EVENT_END, name, "", device, 0, id);
+      if (!st) tpuc_event_on_done(rt, outs[0], name, device, id);
+    }
+  }
   if (!st && e->checks) /* waiting: a failure binds nothing, as the op raises */
     st = tpuc_checks_after_launch(rt, e->checks, outs[e->nresults], wait);
   if (!st)

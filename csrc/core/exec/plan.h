@@ -65,6 +65,7 @@ typedef struct tpuc_fast_entry {
   int *result_slot; /* slot each program result is bound to */
   bool *aliased;    /* per parameter: an output may reuse its buffer (donation) */
   check_set *checks; /* the run-time checks, returned as one more result; NULL: none */
+  const char *name; /* static: the op's name or "fused chunk" (events) */
   struct tpuc_fast_entry *next;
 } fast_entry;
 

@@ -149,6 +149,9 @@ void tpuc_recompile_note(tpuc_runtime *rt, const tpuc_op_call *c) {
   bool log = r->log;
   pthread_mutex_unlock(&r->lock);
   if (log && reason[0]) fprintf(stderr, "tpuc: recompiling %s\n", reason);
+  if (reason[0])
+    tpuc_event_emit(rt, TPUC_EVENT_RECOMPILE, TPUC_EVENT_INSTANT, tpuc_op_name_of(c->op), reason,
+                    c->device, 0, 0);
 }
 
 size_t tpuc_recompile_reasons(tpuc_runtime *rt, char *buf, size_t n) {

@@ -100,7 +100,9 @@ tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_
   tpuc_buffer *b = NULL;
   tpuc_status *st = settle(s);
   if (st) return st;
+  tpuc_event_emit(s->rt, TPUC_EVENT_TO_DEVICE, TPUC_EVENT_BEGIN, "", "", s->device, (int64_t)s->nbytes, 0);
   st = tpuc_buffer_from_host(s->rt, s->device, dtype, dims, ndim, data, &b);
+  tpuc_event_emit(s->rt, TPUC_EVENT_TO_DEVICE, TPUC_EVENT_END, "", "", s->device, (int64_t)s->nbytes, 0);
   if (st) return st;
   st = tpuc_storage_bind(s, b);
   tpuc_buffer_release(b);
@@ -120,7 +122,9 @@ tpuc_status *tpuc_storage_download(tpuc_storage *s, void *dst, size_t nbytes) {
     memset(dst, 0, nbytes);
     return NULL;
   }
+  tpuc_event_emit(s->rt, TPUC_EVENT_TO_HOST, TPUC_EVENT_BEGIN, "", "", s->device, (int64_t)nbytes, 0);
   st = tpuc_buffer_to_host(b, dst, nbytes);
+  tpuc_event_emit(s->rt, TPUC_EVENT_TO_HOST, TPUC_EVENT_END, "", "", s->device, (int64_t)nbytes, 0);
   tpuc_buffer_release(b);
   return st;
 }

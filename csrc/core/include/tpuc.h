@@ -528,6 +528,43 @@ tpuc_status *tpuc_collective_run_tensors(tpuc_collective *c, const tpuc_tensor *
  * such as Python code reaching a PyTorch tensor's storage). */
 tpuc_runtime *tpuc_storage_runtime(const tpuc_storage *s);
 
+/* ---- events (profilers, diagnostics) ------------------------------------
+ * An observer set with tpuc_set_event_hook sees what the runtime does:
+ * a program built and compiled (COMPILE, begin/end, named by the op or
+ * "fused chunk"), launched (EXECUTE, begin/end around the launch; then
+ * DEVICE_DONE, from a plugin thread, when its results are ready), data
+ * moved (TO_DEVICE, TO_HOST: begin/end, `bytes`; TO_HOST includes waiting
+ * for the data) and a recompile (RECOMPILE, instant: `detail` says what
+ * changed). Begin and end of one event come on the caller's thread, in
+ * nested order. The hook must not call back into the runtime. Events cost
+ * nothing while no hook is set. */
+typedef enum {
+  TPUC_EVENT_COMPILE = 0,
+  TPUC_EVENT_EXECUTE,
+  TPUC_EVENT_DEVICE_DONE,
+  TPUC_EVENT_TO_DEVICE,
+  TPUC_EVENT_TO_HOST,
+  TPUC_EVENT_RECOMPILE
+} tpuc_event_kind;
+
+typedef enum { TPUC_EVENT_BEGIN = 0, TPUC_EVENT_END, TPUC_EVENT_INSTANT } tpuc_event_phase;
+
+typedef struct {
+  tpuc_event_kind kind;
+  tpuc_event_phase phase;
+  const char *name;   /* the op ("aten::add.Tensor"), "fused chunk", or "" */
+  const char *detail; /* RECOMPILE: the reason; else "" */
+  int device;
+  int64_t bytes;      /* TO_DEVICE / TO_HOST */
+  uint64_t id;        /* EXECUTE and its DEVICE_DONE share one id */
+} tpuc_event;
+
+typedef void (*tpuc_event_fn)(const tpuc_event *ev, void *user);
+/* Sets (fn NULL: removes) the runtime's one observer. */
+void tpuc_set_event_hook(tpuc_runtime *rt, tpuc_event_fn fn, void *user);
+/* DEVICE_DONE events cost a callback per launch: off until asked for. */
+void tpuc_set_event_device_done(tpuc_runtime *rt, bool on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -101,7 +101,24 @@ struct tpuc_runtime {
   /* run-time checks (exec/checks.c) */
   atomic_bool check_bounds;            /* TPUC_CHECK_BOUNDS=1 / tpuc_set_check_bounds */
   struct tpuc_check_state *checks;     /* results kept until the next synchronisation */
+
+  /* the observer (events.c); the pair is swapped under hook_lock */
+  pthread_mutex_t hook_lock;
+  _Atomic(tpuc_event_fn) hook;
+  void *hook_user;
+  atomic_ullong event_ids;
+  atomic_bool want_done; /* report DEVICE_DONE (tpuc_set_event_device_done) */
 };
+
+/* ---- events.c ---- */
+/* True when an observer is set (cheap: one atomic load). */
+static inline bool tpuc_events_on(tpuc_runtime *rt) { return atomic_load_explicit(&rt->hook, memory_order_relaxed) != NULL; }
+void tpuc_event_emit(tpuc_runtime *rt, tpuc_event_kind kind, tpuc_event_phase phase,
+                     const char *name, const char *detail, int device, int64_t bytes, uint64_t id);
+/* A fresh id for an EXECUTE event. */
+uint64_t tpuc_event_next_id(tpuc_runtime *rt);
+/* After a launch: emits DEVICE_DONE when `b` (an output) is ready. */
+void tpuc_event_on_done(tpuc_runtime *rt, tpuc_buffer *b, const char *name, int device, uint64_t id);
 
 void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta_bytes);
 

@@ -154,6 +154,7 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
   pthread_mutex_init(&rt->mem_lock, NULL);
   pthread_mutex_init(&rt->cache_lock, NULL);
   pthread_mutex_init(&rt->fast_lock, NULL);
+  pthread_mutex_init(&rt->hook_lock, NULL);
   atomic_init(&rt->executions, 0);
   atomic_init(&rt->donations, 0);
   atomic_init(&rt->live_objects, 0);
@@ -210,6 +211,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   pthread_mutex_destroy(&rt->mem_lock);
   pthread_mutex_destroy(&rt->cache_lock);
   pthread_mutex_destroy(&rt->fast_lock);
+  pthread_mutex_destroy(&rt->hook_lock);
   free(rt);
 }
 

@@ -251,6 +251,72 @@ static void test_recompile_reason_names_the_change(void) {
   tpuc_storage_destroy(o8);
 }
 
+/* ---- events (the observer) ---- */
+typedef struct {
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  int n[6][3];          /* [kind][phase] */
+  uint64_t exec_id, done_id;
+  int depth, max_depth; /* begin/end nesting on the caller's thread */
+  char recompile[256];
+} event_log;
+
+static void on_event(const tpuc_event *ev, void *user) {
+  event_log *l = user;
+  pthread_mutex_lock(&l->m);
+  l->n[ev->kind][ev->phase]++;
+  if (ev->phase == TPUC_EVENT_BEGIN && ++l->depth > l->max_depth) l->max_depth = l->depth;
+  if (ev->phase == TPUC_EVENT_END) l->depth--;
+  if (ev->kind == TPUC_EVENT_EXECUTE && ev->phase == TPUC_EVENT_BEGIN) l->exec_id = ev->id;
+  if (ev->kind == TPUC_EVENT_DEVICE_DONE) l->done_id = ev->id;
+  if (ev->kind == TPUC_EVENT_RECOMPILE) snprintf(l->recompile, sizeof l->recompile, "%s", ev->detail);
+  pthread_cond_broadcast(&l->c);
+  pthread_mutex_unlock(&l->m);
+}
+
+static void test_events(void) {
+  event_log l;
+  memset(&l, 0, sizeof l);
+  pthread_mutex_init(&l.m, NULL);
+  pthread_cond_init(&l.c, NULL);
+  tpuc_set_event_hook(rt, on_event, &l);
+  tpuc_set_event_device_done(rt, true);
+  float a[7] = {1, 2, 3, 4, 5, 6, 7}, got[7];
+  int64_t three = 3, seven = 7;
+  tpuc_storage *s3 = storage_f32(a, 3), *s7 = storage_f32(a, 7);
+  tpuc_storage *o3 = storage_f32(NULL, 3), *o7 = storage_f32(NULL, 7);
+  tpuc_tensor i3[2] = {contiguous(s3, 1, &three), contiguous(s3, 1, &three)};
+  tpuc_tensor i7[2] = {contiguous(s7, 1, &seven), contiguous(s7, 1, &seven)};
+  CHECK_OK(run1(OP(k_add), i3, 2, contiguous(o3, 1, &three), NULL, 0));
+  CHECK_OK(run1(OP(k_add), i7, 2, contiguous(o7, 1, &seven), NULL, 0));
+  read_f32(o7, got, 7);
+  CHECK(got[6] == 14);
+  pthread_mutex_lock(&l.m);
+  while (l.n[TPUC_EVENT_DEVICE_DONE][TPUC_EVENT_INSTANT] < 2) pthread_cond_wait(&l.c, &l.m); /* plugin threads */
+  pthread_mutex_unlock(&l.m);
+  CHECK(l.n[TPUC_EVENT_TO_DEVICE][TPUC_EVENT_BEGIN] == 2 && l.n[TPUC_EVENT_TO_DEVICE][TPUC_EVENT_END] == 2);
+  CHECK(l.n[TPUC_EVENT_COMPILE][TPUC_EVENT_BEGIN] >= 2);
+  CHECK(l.n[TPUC_EVENT_COMPILE][TPUC_EVENT_BEGIN] == l.n[TPUC_EVENT_COMPILE][TPUC_EVENT_END]);
+  CHECK(l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_BEGIN] == 2 && l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_END] == 2);
+  CHECK(l.n[TPUC_EVENT_TO_HOST][TPUC_EVENT_BEGIN] == 1 && l.n[TPUC_EVENT_TO_HOST][TPUC_EVENT_END] == 1);
+  CHECK(strstr(l.recompile, "test::add: input 0 shape [3] -> [7]") != NULL);
+  CHECK(l.depth == 0 && l.max_depth == 1); /* begin/end pairs, not nested here */
+  CHECK(l.exec_id > 0 && l.done_id > 0);
+  /* removed: nothing more is reported */
+  tpuc_set_event_hook(rt, NULL, NULL);
+  tpuc_set_event_device_done(rt, false);
+  int before = l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_BEGIN];
+  CHECK_OK(run1(OP(k_add), i7, 2, contiguous(o7, 1, &seven), NULL, 0));
+  read_f32(o7, got, 7);
+  CHECK(l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_BEGIN] == before);
+  tpuc_storage_destroy(s3);
+  tpuc_storage_destroy(s7);
+  tpuc_storage_destroy(o3);
+  tpuc_storage_destroy(o7);
+  pthread_mutex_destroy(&l.m);
+  pthread_cond_destroy(&l.c);
+}
+
 static void test_declined_is_unimplemented_and_cached(void) {
   float a[2] = {1, 2};
   int64_t sz[1] = {2};
@@ -579,6 +645,7 @@ int main(void) {
   RUN(test_signature_cache_and_scalars);
   RUN(test_declined_is_unimplemented_and_cached);
   RUN(test_recompile_reason_names_the_change);
+  RUN(test_events);
   RUN(test_ir_argmax_sort);
   RUN(test_ir_reduce_window_gather_scatter);
   RUN(test_ir_dot_conv_misc);

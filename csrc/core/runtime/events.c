@@ -1,0 +1,60 @@
+/* events.c — the runtime's one observer (profilers, `tpuc doctor`): what the
+ * core does, reported as begin/end pairs on the caller's thread (compiles,
+ * launches, transfers), instants (recompiles) and, from a plugin thread, the
+ * moment a launched program's results are ready (DEVICE_DONE). Nothing is
+ * built or reported while no observer is set. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+void tpuc_set_event_hook(tpuc_runtime *rt, tpuc_event_fn fn, void *user) {
+  pthread_mutex_lock(&rt->hook_lock);
+  rt->hook_user = user;
+  atomic_store(&rt->hook, fn);
+  pthread_mutex_unlock(&rt->hook_lock);
+}
+
+void tpuc_event_emit(tpuc_runtime *rt, tpuc_event_kind kind, tpuc_event_phase phase,
+                     const char *name, const char *detail, int device, int64_t bytes,
+                     uint64_t id) {
+  if (!tpuc_events_on(rt)) return;
+  pthread_mutex_lock(&rt->hook_lock);
+  tpuc_event_fn fn = atomic_load(&rt->hook);
+  void *user = rt->hook_user;
+  pthread_mutex_unlock(&rt->hook_lock);
+  if (!fn) return;
+  tpuc_event ev = {kind, phase, name ? name : "", detail ? detail : "", device, bytes, id};
+  fn(&ev, user);
+}
+
+void tpuc_set_event_device_done(tpuc_runtime *rt, bool on) { atomic_store(&rt->want_done, on); }
+
+uint64_t tpuc_event_next_id(tpuc_runtime *rt) { return atomic_fetch_add(&rt->event_ids, 1) + 1; }
+
+typedef struct {
+  tpuc_runtime *rt;
+  const char *name; /* static: a lowering's name or a literal */
+  int device;
+  uint64_t id;
+} done_ctx;
+
+static void on_done(tpuc_status *s, void *user) {
+  done_ctx *c = user;
+  tpuc_status_destroy(s); /* the error reaches whoever reads the result */
+  tpuc_event_emit(c->rt, TPUC_EVENT_DEVICE_DONE, TPUC_EVENT_INSTANT, c->name, "", c->device, 0,
+                  c->id);
+  free(c);
+}
+
+void tpuc_event_on_done(tpuc_runtime *rt, tpuc_buffer *b, const char *name, int device,
+                        uint64_t id) {
+  if (!b || !tpuc_events_on(rt) || !atomic_load(&rt->want_done)) return;
+  done_ctx *c = malloc(sizeof *c);
+  if (!c) return;
+  *c = (done_ctx){rt, name, device, id};
+  tpuc_status *s = tpuc_buffer_on_ready(b, on_done, c);
+  if (s) { /* not registered: no event */
+    tpuc_status_destroy(s);
+    free(c);
+  }
+}

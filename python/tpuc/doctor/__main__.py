@@ -1,0 +1,6 @@
+"""python -m tpuc.doctor [options] -- python train.py [args]"""
+import sys
+
+from . import main
+
+sys.exit(main())
