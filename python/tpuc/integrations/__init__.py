@@ -1,0 +1,1 @@
+"""Integrations of tpuc with third-party projects, one package each (vllm, sglang, ...)."""
