@@ -55,6 +55,8 @@ def run_model(model: str, device: str, update_from: str | None) -> dict:
             sd = load_file(os.path.join(update_from, "model.safetensors"))
             res["updated_tensors"] = llm.collective_rpc("update_weights_from_state_dict",
                                                         args=(sd,))
+            # cached prefix blocks hold keys/values of the old weights: vLLM's rule after an update
+            llm.reset_prefix_cache()
             res["updated"] = _ids(llm.generate(prompts, greedy, use_tqdm=False))
     return res
 

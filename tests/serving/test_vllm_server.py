@@ -164,6 +164,9 @@ def test_live_weight_update_from_another_process(server, models, offline_cpu):
     code, r = _post(server + "/collective_rpc",
                     {"method": "update_weights_from_path", "args": [new]})
     assert code == 200, r
+    # cached prefix blocks hold keys/values computed with the old weights
+    code, r = _post(server + "/reset_prefix_cache", {})
+    assert code == 200, r
     got = []
     for p in PROMPTS:
         code, r = _complete(server, p, max_tokens=24, return_token_ids=True)
