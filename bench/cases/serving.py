@@ -5,7 +5,8 @@ the same tiny Llama-style model and prompts. Runs only where the serving venv ex
 
 Each contender is one process in the serving venv with the engine in-process; for each
 concurrency N, N requests are added at once and the engine is stepped until all finish,
-recording when each request's tokens appear. Contenders alternate by concurrency level."""
+recording when each request's tokens appear. The two processes run one after the other (each
+holds its own engine, so they cannot interleave per wave)."""
 from __future__ import annotations
 
 import json
