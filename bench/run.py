@@ -25,6 +25,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_h
          "decode",
          "bounds",
          "tuning",
+         "serving",
          ]
 
 

@@ -113,6 +113,10 @@ c10::IValue meta_ivalue(const c10::IValue& v, MetaState& ms) {
     return out;
   }
   if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(c10::kMeta);
+  // A generator never changes an output's metadata, and PyTorch's Python meta kernels of
+  // the random ops refuse one (torch._refs.exponential: "generator is not supported in
+  // refs"), so x.exponential_(generator=g) failed before running: the Meta kernel gets None.
+  if (v.isGenerator()) return c10::IValue();
   return v;
 }
 
