@@ -148,9 +148,11 @@ class TpuPlatform(Platform):
 
 def _shim_empty_host_cache() -> None:
     """vLLM 0.32 calls torch.accelerator.empty_host_cache() when it tears down its process
-    groups; with torch 2.13 that dereferences the PrivateUse1 host allocator, which tpuc does
-    not register yet, and crashes the process at exit. Until tpuc registers one, the call is
-    a no-op while the accelerator is "tpu" (tpuc keeps no pinned host cache to empty)."""
+    groups; with torch 2.13 that dereferenced the PrivateUse1 host allocator, which tpuc did
+    not register, and crashed the process at exit. tpuc now registers one (csrc/torch/pinned.cpp;
+    `torch.accelerator.empty_host_cache()` returns normally on main), so this shim is redundant
+    and can go once the serving tests have run without it; while it stays, the call is a no-op
+    while the accelerator is "tpu" (tpuc's pinned blocks are freed with their tensors)."""
     acc = torch.accelerator
     if getattr(acc.empty_host_cache, "_tpuc_shim", False):
         return
