@@ -143,18 +143,18 @@ def get_device_properties(device: _DeviceLike = None) -> DeviceProperties:
         description=d["description"],
         id=d["id"],
         index=idx,
-        total_memory=_total_memory(rt["platform_name"], idx),
+        total_memory=_total_memory(idx),
     )
 
 
-def _total_memory(platform: str, idx: int) -> int:
+def _total_memory(idx: int) -> int:
     """The device's memory: PJRT's ``bytes_limit`` when the plugin reports one; on the
-    XLA CPU plugin (buffers are host memory) the host's physical memory. TorchTitan's
-    memory log divides by it."""
+    XLA CPU plugin (buffers are host memory) the host's physical memory; else 0.
+    TorchTitan's memory log and set_per_process_memory_fraction divide by it."""
     limit = int(_C._memory_stats(idx).get("bytes_limit", 0) or 0)
     if limit > 0:
         return limit
-    if platform.lower() == "cpu" and hasattr(os, "sysconf"):
+    if _C._runtime_info()["platform_name"].lower() == "cpu" and hasattr(os, "sysconf"):
         try:
             return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         except (ValueError, OSError):
@@ -220,17 +220,6 @@ def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
 
 def empty_cache() -> None:
     """Nothing to do: buffers are freed when their storages die."""
-
-
-def _total_memory(idx: int) -> int:
-    """The device's memory in bytes: the host's RAM behind the XLA CPU plugin,
-    0 where PJRT's C API does not say."""
-    if _C._runtime_info()["platform_name"].lower() == "cpu":
-        try:
-            return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        except (ValueError, OSError, AttributeError):
-            return 0
-    return 0
 
 
 def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
