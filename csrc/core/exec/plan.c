@@ -530,8 +530,8 @@ done:
 }
 
 /* ---- launching ---- */
-static tpuc_status *arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
-                               tpuc_buffer **out) {
+tpuc_status *plan_arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
+                             tpuc_buffer **out) {
   if (a->kind == TPUC_ARG_RNG) {
     uint64_t st[2] = {a->rng.seed, a->rng.offset};
     int64_t two = 2;
@@ -579,7 +579,7 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
       donate[i] = atomic_load(&rt->donate) && e->aliased && e->aliased[i] &&
                   atomic_load(&args[i]->refs) == 2 && !(wait && e->checks);
     } else {
-      st = arg_buffer(rt, device, &calls[p->op]->args[p->arg], &args[i]);
+      st = plan_arg_buffer(rt, device, &calls[p->op]->args[p->arg], &args[i]);
       made[i] = !st;
     }
   }

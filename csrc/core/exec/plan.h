@@ -91,6 +91,11 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
 /* Runs e with the slots' initial buffers and the calls' scalars, and binds
  * each result to its storage. With `wait`, a failed run-time check is
  * returned and nothing is bound; otherwise it is reported later. */
+/* A launch argument's buffer from a scalar or generator-state argument (a 0-d
+ * scalar of the argument's kind; a u64[2] (seed, offset) for TPUC_ARG_RNG). */
+tpuc_status *plan_arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
+                             tpuc_buffer **out);
+
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
                          const tpuc_op_call *const *calls, bool wait);
 

@@ -71,24 +71,6 @@ void tpuc_replay_destroy(tpuc_replay *r) {
   free(r);
 }
 
-static tpuc_status *scalar_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
-                                  tpuc_buffer **out) {
-  switch (a->scalar.kind) {
-    case TPUC_SCALAR_BOOL: {
-      unsigned char v = a->scalar.i != 0;
-      return tpuc_buffer_from_host(rt, device, TPUC_PRED, NULL, 0, &v, out);
-    }
-    case TPUC_SCALAR_INT:
-      return tpuc_buffer_from_host(rt, device, TPUC_S64, NULL, 0, &a->scalar.i, out);
-    case TPUC_SCALAR_COMPLEX: {
-      double v[2] = {a->scalar.re, a->scalar.im};
-      return tpuc_buffer_from_host(rt, device, TPUC_C128, NULL, 0, v, out);
-    }
-    default:
-      return tpuc_buffer_from_host(rt, device, TPUC_F64, NULL, 0, &a->scalar.re, out);
-  }
-}
-
 tpuc_status *replay_from_plan(tpuc_runtime *rt, int device, const fast_entry *e,
                               const slot_set *s, const bool *read, const bool *live,
                               const tpuc_op_call *const *calls, tpuc_replay **out) {
@@ -151,7 +133,7 @@ tpuc_status *replay_from_plan(tpuc_runtime *rt, int device, const fast_entry *e,
       r->rng[2 * r->nrng + 1] = a->rng.offset;
       r->nrng++;
     } else {
-      st = scalar_buffer(rt, device, a, &q->value);
+      st = plan_arg_buffer(rt, device, a, &q->value);
     }
   }
   for (int i = 0; i < e->nresults; i++) {
