@@ -314,6 +314,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   f"{row['gloo_s'] * 1e3:.2f} | {row['ratio']:.2f}x | {row['tpu_dist_GBps']:.2f} | "
                   f"{row['gloo_GBps']:.2f} |" for row in r["rows"]]
             L.append("")
+    if "dist_train" in res:
+        L += _dist_train_section(res["dist_train"])
     if "decode" in res:
         L += _decode_section(res["decode"])
     if "bounds" in res and res["bounds"].get("rows"):
@@ -345,4 +347,18 @@ def _collectives_core_section(r: dict) -> list[str]:
         vs = f"{row['vs_host']:.2f}x" if "vs_host" in row else ""
         L.append(f"| {row['collective']} | {row['n']} | {row['bytes']} | {row['contender']} | "
                  f"{_span(row['us'])} | {row['algbw_gbs']:.2f} | {row['busbw_gbs']:.2f} | {vs} |")
+    return L + [""]
+
+
+def _dist_train_section(r: dict) -> list[str]:
+    """DDP / FSDP2 step time at 1, 2, 4 processes (bench/cases/dist_train.py)."""
+    L = _header(r)
+    if not r.get("rows"):
+        return L + [f"error: {r.get('error')}", ""]
+    L += ["| layout | processes | tpu step ms | tpu tokens/s | CPU (gloo) step ms | "
+          "CPU tokens/s | CPU / tpu time |", "|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        L.append(f"| {row['mode']} | {row['procs']} | {row['tpu_step_s'] * 1e3:.1f} | "
+                 f"{row['tpu_tokens_per_s']:.0f} | {row['cpu_step_s'] * 1e3:.1f} | "
+                 f"{row['cpu_tokens_per_s']:.0f} | {row['ratio']:.2f}x |")
     return L + [""]

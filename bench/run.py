@@ -22,6 +22,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_h
          "torchtitan",
          "replay",
          "collectives",
+         "dist_train",
          "decode",
          "bounds",
          "tuning",
