@@ -47,7 +47,10 @@ def _free_memory(index: int) -> int:
 
     mem_get_info = getattr(torch.tpu, "mem_get_info", None)
     if mem_get_info is not None:
-        return int(mem_get_info(index)[0])
+        try:
+            return int(mem_get_info(index)[0])
+        except RuntimeError:  # the plugin reports no memory size
+            pass
     import psutil
 
     return int(psutil.virtual_memory().available)
