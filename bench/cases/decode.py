@@ -44,7 +44,7 @@ def run(quick: bool) -> dict:
         return out
     warnings.filterwarnings("ignore")
     new_tokens = 8 if quick else 32
-    repeats = 5 if quick else 9
+    repeats = 3 if quick else 9
     cpu = _model()
     dev = _model().to("tpu")
     for batch in (1, 8):
@@ -72,8 +72,11 @@ def run(quick: bool) -> dict:
             contenders["tpu static compiled + fused"] = moded(
                 "fused", gen(dev, ids_t, cache_implementation="static"))
         launches = {}
+        first_compiles = {}
         for name, fn in contenders.items():  # warm-up (compiles), then one counted call
+            c0 = torch.tpu.stats()["compiles"]
             fn()
+            first_compiles[name] = torch.tpu.stats()["compiles"] - c0
             e0 = torch.tpu.stats()["executions"]
             fn()
             launches[name] = (torch.tpu.stats()["executions"] - e0) / new_tokens
@@ -93,7 +96,8 @@ def run(quick: bool) -> dict:
             out["rows"].append({"batch": batch, "contender": name, "new_tokens": new_tokens,
                                 "tokens_per_s": batch * new_tokens / m["median"], "call_s": m,
                                 "cpu_s": statistics.median(cpu_s[name]),
-                                "launches_per_token": None if name == "cpu eager" else launches[name]})
+                                "launches_per_token": None if name == "cpu eager" else launches[name],
+                                "first_call_compiles": None if name == "cpu eager" else first_compiles[name]})
     by = {(r["batch"], r["contender"]): r["tokens_per_s"] for r in out["rows"]}
     for b in (1, 8):
         st = by.get((b, "tpu strict"))
