@@ -1,4 +1,4 @@
-"""Run by torchrun from test_accelerate_multiprocess.py: accelerate's Accelerator on
+"""Run by `accelerate launch` from test_accelerate_multiprocess.py: accelerate's Accelerator on
 "tpu" in each process, a tiny data-parallel training loop through
 `accelerator.prepare`, and what it saw written to $TPUC_TEST_OUT/rank<RANK>.json."""
 import json

@@ -43,8 +43,8 @@ under a seed; the draws come from the tpu generator, so they are not the CPU's d
 token is checked to lie in the CPU's top-k); `cache_implementation="static"` (transformers
 compiles the decode step with backend "tpu": one graph traced once and replayed on every
 token; a second generate() compiles nothing); `accelerate.Accelerator().device` and
-`PartialState().device` are tpu; under torchrun (which `accelerate launch --multi_gpu
---num_processes 2` runs; that command itself is not tested) accelerate runs MULTI_CPU over tpuc's `tpu_dist` backend with each process
+`PartialState().device` are tpu; under `accelerate launch --multi_gpu --num_processes 2`
+(or torchrun, which it runs) accelerate runs MULTI_CPU over tpuc's `tpu_dist` backend with each process
 on tpu:LOCAL_RANK, and a loop through `accelerator.prepare` (DDP) ends with the parameters of
 one process (tests/models/test_accelerate_multiprocess.py); `transformers.Trainer`
 on tpu:0 with losses matching the CPU's. tests/models/test_diffusers.py (`make models`): a tiny

@@ -1,4 +1,4 @@
-"""accelerate under torchrun (2 processes, 127.0.0.1) on "tpu": PartialState picks
+"""`accelerate launch --multi_gpu --num_processes 2` (torchrun underneath; 127.0.0.1) on "tpu": PartialState picks
 DistributedType.MULTI_CPU with tpuc's "tpu_dist" backend (the shim in
 tpuc.integrations.accelerate; accelerate 1.15 would answer NO and train each process
 alone), each process on tpu:LOCAL_RANK, and a data-parallel loop through
@@ -48,8 +48,11 @@ def test_accelerate_torchrun_two_processes_match_one(tmp_path: Path) -> None:
     env = dict(os.environ, TPUC_TEST_OUT=str(tmp_path), OMP_NUM_THREADS="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TPUC_CPU_DEVICE_COUNT", None)  # tpuc sizes it from LOCAL_WORLD_SIZE
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+    # `accelerate launch --multi_gpu` starts the processes through torchrun; without
+    # --multi_gpu accelerate 1.15 starts one process when no CUDA-like device is found
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes=2",
+           "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no",
+           "--main_process_ip=127.0.0.1", f"--main_process_port={_free_port()}",
            str(Path(__file__).with_name("accelerate_script.py"))]
     p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -33,7 +33,10 @@ module is imported, through tpuc.integrations._hooks):
    `prepare()` wraps the model in DDP without CUDA device ids, which is what
    a tpu module needs. `PartialState.set_device` would then put the process
    on "cpu"; wrapped: with the "tpu_dist" backend the device is
-   tpu:(local rank % device count), as CUDA's is.
+   tpu:(local rank % device count), as CUDA's is. Launch with
+   `accelerate launch --multi_gpu --num_processes N` (or torchrun): without
+   --multi_gpu, accelerate 1.15's launcher counts only CUDA-like devices and
+   starts one process.
 """
 from __future__ import annotations
 
