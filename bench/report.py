@@ -148,7 +148,8 @@ def _decode_section(r: dict) -> list[str]:
             L += [f"Compiles during the timed calls (after the warm-up), by batch: {r['compiles_during']}. "
                   "launches/token: tpuc executions per generate() call / new tokens, prefill included."
                   + (" compiles in 1st call: programs compiled by the contender's first (warm-up) call, "
-                  "after the contenders before it in the table (a new sequence length costs new "
+                  "after the contenders before it in the table; 0 where tpuc's disk cache "
+                  "already held them (a new sequence length costs new "
                   "programs with the dynamic cache, whose shapes grow each token)."
                      if any("first_call_compiles" in row for row in r["rows"]) else ""), ""]
     return L

@@ -66,8 +66,8 @@ No contender compiled anything during the timed calls. Where the time goes per t
 *strict* launches one program per op, ~124 per token. *fused* runs the token's ops as one
 cached chunk (1.1 launches per token), so what is left is host time: transformers' Python and
 recording each op; the dynamic cache also grows by one position per token, so each new sequence
-length is a new chunk to compile on first sight (the static cache does not; the bench now
-records this as "compiles in 1st call", not in the run quoted here). *static compiled*
+length is a new chunk to compile (or load from tpuc's disk cache) on first sight; the static
+cache's shapes do not change. *static compiled*
 replays one traced graph per decode step (traced once; tests/models/test_paths.py::
 test_static_cache_compiles_once), but transformers' per-token work outside the compiled forward
 (logits processing, argmax, stopping criteria, cache position and mask updates, appending to
