@@ -131,12 +131,27 @@ def _decode_section(r: dict) -> list[str]:
     if r.get("notes"):
         L += [r["notes"], ""]
     if r.get("rows"):
-        L += ["| batch | contender | tokens/s | generate() s (median [min, max]) | vs tpu strict | vs CPU |",
-              "|---|---|---|---|---|---|"]
-        L += [f"| {row['batch']} | {row['contender']} | {row['tokens_per_s']:.0f} | "
-              f"{_span(row['call_s'])} | {_fmt(row.get('vs_strict'))}x | {_fmt(row.get('vs_cpu'))}x |"
-              for row in r["rows"]]
+        L += ["| batch | contender | tokens/s | generate() s (median [min, max]) | vs tpu strict | vs CPU "
+              "| CPU s/call (vs strict) | launches/token | compiles in 1st call |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for row in r["rows"]:
+            lp = row.get("launches_per_token")
+            cs = row.get("cpu_s")
+            L.append(f"| {row['batch']} | {row['contender']} | {row['tokens_per_s']:.0f} | "
+                     f"{_span(row['call_s'])} | {_fmt(row.get('vs_strict'))}x | {_fmt(row.get('vs_cpu'))}x | "
+                     + (f"{cs:.3f} ({_fmt(row.get('cpu_vs_strict'))}x)" if cs is not None else "-")
+                     + " | " + (f"{lp:.1f}" if lp is not None else "-")
+                     + " | " + (str(row["first_call_compiles"]) if row.get("first_call_compiles") is not None
+                                else "-") + " |")
         L.append("")
+        if r.get("compiles_during") is not None:
+            L += [f"Compiles during the timed calls (after the warm-up), by batch: {r['compiles_during']}. "
+                  "launches/token: tpuc executions per generate() call / new tokens, prefill included."
+                  + (" compiles in 1st call: programs compiled by the contender's first (warm-up) call, "
+                  "after the contenders before it in the table; 0 where tpuc's disk cache "
+                  "already held them (a new sequence length costs new "
+                  "programs with the dynamic cache, whose shapes grow each token)."
+                     if any("first_call_compiles" in row for row in r["rows"]) else ""), ""]
     return L
 
 

@@ -1,14 +1,22 @@
 """Decode tokens/s of Hugging Face `generate()` (greedy) for a tiny Llama,
 batch 1 and 8: the CPU, tpu strict, tpu fused and tpu with a static cache
 (transformers auto-compiles its decode step with CompileConfig(backend="tpu")).
-Contenders run interleaved after a warm-up that compiles everything."""
+Contenders run interleaved after a warm-up that compiles everything.
+
+Besides wall time, each row carries the process's CPU seconds per call (less
+sensitive to other processes on a shared machine than wall time), the tpuc
+launches per generated token, and the compiles that happened during the timed
+calls (0: the warm-up compiled everything; a static cache's decode step must
+compile once, not per token)."""
 from __future__ import annotations
 
 import warnings
 
 import torch
 
-from ..timing import interleave
+import statistics
+import time
+
 from .common import eager_mode, fused_available, tpu_available
 
 COMMAND = "python -m bench.run --cases decode"
@@ -36,7 +44,7 @@ def run(quick: bool) -> dict:
         return out
     warnings.filterwarnings("ignore")
     new_tokens = 8 if quick else 32
-    repeats = 2 if quick else 5
+    repeats = 3 if quick else 9
     cpu = _model()
     dev = _model().to("tpu")
     for batch in (1, 8):
@@ -51,24 +59,45 @@ def run(quick: bool) -> dict:
                 y.cpu()
             return f
 
-        strict = gen(dev, ids_t)
-        static = gen(dev, ids_t, cache_implementation="static")
-        fused_fn = gen(dev, ids_t)
+        def moded(mode, f):
+            def g():
+                with eager_mode(mode):
+                    f()
+            return g
 
-        def fused():
-            with eager_mode("fused"):
-                fused_fn()
-
-        contenders = {"cpu eager": gen(cpu, ids), "tpu strict": strict, "tpu static compiled": static}
+        contenders = {"cpu eager": gen(cpu, ids), "tpu strict": moded("strict", gen(dev, ids_t)),
+                      "tpu static compiled": moded("strict", gen(dev, ids_t, cache_implementation="static"))}
         if fused_available():
-            contenders["tpu fused"] = fused
+            contenders["tpu fused"] = moded("fused", gen(dev, ids_t))
+            contenders["tpu static compiled + fused"] = moded(
+                "fused", gen(dev, ids_t, cache_implementation="static"))
+        launches = {}
+        first_compiles = {}
+        for name, fn in contenders.items():  # warm-up (compiles), then one counted call
+            c0 = torch.tpu.stats()["compiles"]
+            fn()
+            first_compiles[name] = torch.tpu.stats()["compiles"] - c0
+            e0 = torch.tpu.stats()["executions"]
+            fn()
+            launches[name] = (torch.tpu.stats()["executions"] - e0) / new_tokens
+        wall = {n: [] for n in contenders}
+        cpu_s = {n: [] for n in contenders}
         before = torch.tpu.stats()["compiles"]
-        samples = interleave(contenders, repeats=repeats, warmup=1)
-        for name, s in samples.items():
-            m = s.summary()
-            out["rows"].append({"batch": batch, "contender": name, "new_tokens": new_tokens,
-                                "tokens_per_s": batch * new_tokens / m["median"], "call_s": m})
+        for _ in range(repeats):
+            for name, fn in contenders.items():
+                c0, t0 = time.process_time(), time.perf_counter()
+                fn()
+                wall[name].append(time.perf_counter() - t0)
+                cpu_s[name].append(time.process_time() - c0)
         out.setdefault("compiles_during", {})[str(batch)] = torch.tpu.stats()["compiles"] - before
+        for name in contenders:
+            w = sorted(wall[name])
+            m = {"median": statistics.median(w), "min": w[0], "max": w[-1], "n": len(w)}
+            out["rows"].append({"batch": batch, "contender": name, "new_tokens": new_tokens,
+                                "tokens_per_s": batch * new_tokens / m["median"], "call_s": m,
+                                "cpu_s": statistics.median(cpu_s[name]),
+                                "launches_per_token": None if name == "cpu eager" else launches[name],
+                                "first_call_compiles": None if name == "cpu eager" else first_compiles[name]})
     by = {(r["batch"], r["contender"]): r["tokens_per_s"] for r in out["rows"]}
     for b in (1, 8):
         st = by.get((b, "tpu strict"))
@@ -76,4 +105,8 @@ def run(quick: bool) -> dict:
             if r["batch"] == b and st:
                 r["vs_strict"] = r["tokens_per_s"] / st
                 r["vs_cpu"] = r["tokens_per_s"] / by[(b, "cpu eager")]
+        cs = {r["contender"]: r["cpu_s"] for r in out["rows"] if r["batch"] == b}
+        for r in out["rows"]:
+            if r["batch"] == b and "tpu strict" in cs:
+                r["cpu_vs_strict"] = cs["tpu strict"] / r["cpu_s"]
     return out

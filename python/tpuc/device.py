@@ -27,7 +27,7 @@ __all__ = [
     "default_generators", "get_amp_supported_dtype", "stats", "reset_stats",
     "launch_blocking", "set_launch_blocking", "unavailable_reason",
     "memory_summary", "set_per_process_memory_fraction", "get_per_process_memory_fraction",
-    "check_bounds", "set_check_bounds", "OutOfMemoryError",
+    "check_bounds", "set_check_bounds", "OutOfMemoryError", "mem_get_info",
 ]
 
 OutOfMemoryError = torch.OutOfMemoryError  # what an exhausted tpu raises (torch.cuda has it too)
@@ -195,6 +195,49 @@ def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
         "num_ooms": m["num_ooms"],
         "limit_bytes": m["limit_bytes"],
     }
+
+
+def _host_available() -> int:
+    """The host's available memory (Linux MemAvailable), or -1 where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return -1
+
+
+def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
+    """``(free, total)`` bytes of the device, as ``torch.cuda.mem_get_info``.
+
+    *total* is the device's memory (``get_device_properties().total_memory``);
+    *free* is total less the bytes of tpuc's live buffers (tpuc's own
+    accounting; it caches no memory, so nothing reserved is hidden), capped by
+    the limit of ``set_per_process_memory_fraction``/``TPUC_MEMORY_LIMIT`` when
+    one is set (CUDA's ignores its fraction; tpuc's limit refuses allocations
+    past it, so the room under it is what is free). On the XLA CPU plugin,
+    whose buffers are host memory shared with every other process, free is
+    also capped by the host's available memory. Raises RuntimeError where the
+    plugin reports no memory size."""
+    idx = _get_device_index(device)
+    total = _total_memory(idx)
+    if total <= 0:
+        raise RuntimeError("tpuc: the plugin does not report this device's memory size, so "
+                           "mem_get_info cannot say what is free; memory_allocated() gives "
+                           "the bytes tpuc holds")
+    m = _C._memory_stats(idx)
+    used = int(m["bytes_in_use"])
+    free = total - used
+    limit = int(m["limit_bytes"] or 0)
+    if limit > 0:
+        free = min(free, limit - used)
+    if _C._runtime_info()["platform_name"].lower() == "cpu":
+        avail = _host_available()
+        if avail >= 0:
+            free = min(free, avail)
+    return max(0, free), total
 
 
 def memory_allocated(device: _DeviceLike = None) -> int:

@@ -103,12 +103,20 @@ def test_static_cache_compiles_once(saved) -> None:
     _, cpu = saved
     dev = copy.deepcopy(cpu).to("tpu")
     kw = dict(cache_implementation="static")
+    s0 = torch.tpu.stats()
     first = _greedy(dev, "tpu", **kw)
     assert torch.equal(first, _greedy(cpu, "cpu"))
-    before = torch.tpu.stats()["compiles"]
+    s1 = torch.tpu.stats()
+    # the decode step is one graph, traced once: not once per token (4 decode steps)
+    assert s1["dynamo_compiles"] - s0["dynamo_compiles"] == 1, s1["graph_replay_reasons"]
     again = _greedy(dev, "tpu", **kw)  # same shapes: every program is cached
     assert torch.equal(again, first)
-    assert torch.tpu.stats()["compiles"] == before
+    s2 = torch.tpu.stats()
+    assert s2["compiles"] == s1["compiles"] and s2["dynamo_compiles"] == s1["dynamo_compiles"]
+    # each of the 4 decode steps (5 new tokens; the first comes from the eager prefill)
+    # replays the recorded graph: no re-recording per token
+    assert s2["graph_replays"] - s1["graph_replays"] == 4
+    assert s2["graph_records"] == s1["graph_records"] and s2["graph_rerecords"] == s1["graph_rerecords"]
 
 
 def _train(device: str, model: torch.nn.Module, out: str) -> list[float]:

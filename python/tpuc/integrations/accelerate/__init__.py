@@ -21,7 +21,22 @@ module is imported, through tpuc.integrations._hooks):
    `PartialState().device` are cpu in a single process with "tpu" available
    (TRL then mixes devices). Wrapped: "tpu" when the original answer is cpu
    and torch.tpu is available. `Accelerator(cpu=True)` still gives cpu.
-   Multi-process runs (a DistributedType for tpu) are not covered.
+3. Multi-process (1.15): `PartialState._prepare_backend` picks a backend
+   and DistributedType only for xla/mlu/sdaa/musa/npu/hpu/cuda/xpu/neuron;
+   under torchrun (LOCAL_RANK set) with only "tpu" it answers
+   DistributedType.NO, so every process trains alone with no gradient
+   exchange and `num_processes` is 1 - silently wrong. Wrapped: where it
+   answers NO, `cpu=False`, LOCAL_RANK is set, WORLD_SIZE > 1 and tpu is
+   available, the backend is tpuc's c10d backend "tpu_dist" and the type
+   DistributedType.MULTI_CPU - accelerate's one generic multi-process type:
+   it initialises the process group from torchrun's environment and
+   `prepare()` wraps the model in DDP without CUDA device ids, which is what
+   a tpu module needs. `PartialState.set_device` would then put the process
+   on "cpu"; wrapped: with the "tpu_dist" backend the device is
+   tpu:(local rank % device count), as CUDA's is. Launch with
+   `accelerate launch --multi_gpu --num_processes N` (or torchrun): without
+   --multi_gpu, accelerate 1.15's launcher counts only CUDA-like devices and
+   starts one process.
 """
 from __future__ import annotations
 
@@ -47,7 +62,10 @@ def _free_memory(index: int) -> int:
 
     mem_get_info = getattr(torch.tpu, "mem_get_info", None)
     if mem_get_info is not None:
-        return int(mem_get_info(index)[0])
+        try:
+            return int(mem_get_info(index)[0])
+        except RuntimeError:  # the plugin reports no memory size
+            pass
     import psutil
 
     return int(psutil.virtual_memory().available)
@@ -144,6 +162,56 @@ def _patch_state(mod: ModuleType) -> None:
     cls.default_device = property(default_device, doc=prop.__doc__)
 
 
+_BACKEND = "tpu_dist"
+
+
+def _world_size() -> int:
+    import os
+
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
+def _patch_multiprocess(mod: ModuleType) -> None:
+    cls = getattr(mod, "PartialState", None)
+    prep = getattr(cls, "_prepare_backend", None) if cls is not None else None
+    set_dev = getattr(cls, "set_device", None) if cls is not None else None
+    dtype = getattr(getattr(mod, "DistributedType", None), "MULTI_CPU", None)
+    if prep is None or set_dev is None or dtype is None or getattr(prep, _PATCHED, False):
+        return
+    no = mod.DistributedType.NO
+
+    @functools.wraps(prep)
+    def _prepare_backend(self: Any, cpu: bool = False, sagemaker_dp: bool = False,
+                         backend: str | None = None) -> tuple[Any, Any]:
+        import os
+
+        got, kind = prep(self, cpu, sagemaker_dp, backend)
+        if (kind == no and not cpu and not sagemaker_dp and backend in (None, _BACKEND)
+                and int(os.environ.get("LOCAL_RANK", -1)) != -1 and _world_size() > 1
+                and _tpu_available()):
+            return _BACKEND, dtype
+        return got, kind
+
+    @functools.wraps(set_dev)
+    def set_device(self: Any) -> None:
+        if getattr(self, "device", None) is None and getattr(self, "backend", None) == _BACKEND:
+            import torch
+
+            index = max(0, int(self.local_process_index)) % torch.tpu.device_count()
+            self.device = torch.device("tpu", index)
+            torch.tpu.set_device(self.device)
+            return
+        set_dev(self)
+
+    setattr(_prepare_backend, _PATCHED, True)
+    cls._prepare_backend = _prepare_backend
+    cls.set_device = set_device
+
+
 def install() -> None:
     _hooks.on_import("accelerate.utils.modeling", _patch_modeling)
     _hooks.on_import("accelerate.state", _patch_state)
+    _hooks.on_import("accelerate.state", _patch_multiprocess)
