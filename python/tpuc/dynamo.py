@@ -111,6 +111,12 @@ def _fallback_total(_C: Any) -> int:
     return sum(_C._fallback_counts().values())
 
 
+def _restoring_hops() -> tuple[Any, ...]:
+    from torch._prims import rng_prims
+
+    return (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state)
+
+
 def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     global _graphs_compiled
     from . import _C
@@ -177,6 +183,12 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
             _note(None, f"graph {gid}: not replayed: {why}")
         return out
 
+    if any(n.op == "call_function" and n.target in _restoring_hops() for n in gm.graph.nodes):
+        # activation checkpointing: the graph saves or restores a generator
+        # state as a CPU tensor, whose value a kept program cannot follow
+        never.append("the graph saves or restores a generator state (activation checkpointing)")
+        _note(None, f"graph {gid}: not replayed: {never[0]}")
+
     def run(args: list[Any]) -> Any:
         mode = _replay_mode
         eager = _C._get_mode()
@@ -231,3 +243,6 @@ def register() -> None:
 
     if "tpu" not in list_backends(exclude_tags=()):
         register_backend(name="tpu", compiler_fn=tpu_backend)
+    from . import _rng_hops
+
+    _rng_hops.install()  # torch.utils.checkpoint in compiled models
