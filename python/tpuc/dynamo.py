@@ -117,9 +117,47 @@ def _restoring_hops() -> tuple[Any, ...]:
     return (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state)
 
 
+def _pair(a: Any, b: Any) -> tuple[Any, Any]:
+    return (a, b)
+
+
+def _unwrap_deterministic_rng(gm: torch.fx.GraphModule) -> None:
+    """Activation checkpointing wraps every op tagged as random into
+    run_and_save_rng_state / run_with_rng_state, the fused attention op
+    too; without dropout it draws nothing, so it is called directly (the
+    saved state becomes an empty tensor on its device) and the graph stays
+    replayable."""
+    save, run_with = _restoring_hops()
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in (save, run_with):
+            continue
+        k = 0 if n.target is save else 1
+        op, args, kwargs = n.args[k], tuple(n.args[k + 1:]), dict(n.kwargs)
+        p = args[3] if len(args) > 3 else kwargs.get("dropout_p", 0.0)
+        dev = getattr(args[0], "meta", {}).get("val") if args else None
+        if op is not flash or p != 0.0 or not isinstance(dev, torch.Tensor):
+            continue
+        with gm.graph.inserting_before(n):
+            out = gm.graph.call_function(op, args, kwargs)
+            if n.target is save:
+                state = gm.graph.call_function(
+                    torch.ops.aten.empty.memory_format, ([0],),
+                    {"dtype": torch.uint8, "device": dev.device})
+                out = gm.graph.call_function(_pair, (state, out))
+        n.replace_all_uses_with(out)
+        gm.graph.erase_node(n)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
 def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     global _graphs_compiled
     from . import _C
+
+    _unwrap_deterministic_rng(gm)
 
     with _lock:
         _graphs_compiled += 1
