@@ -277,6 +277,17 @@ def write(root: str, machine: dict, quick: bool) -> str:
                   + (f"error: {row['error'][:80]} | |" if "error" in row else
                      f"{row['peak_bytes'] / 1e6:.1f} | {_fmt(row['step_s'])} |")
                   for row in r["memory_rows"]]
+            L.append("")
+        if r.get("copy_rows"):
+            L += [f"Parameter copies in the compiled step's optimized programs ({r.get('memory_model')} "
+                  "model; XLA's dump, tpuc._xla_dump): a copy means XLA could not order a read "
+                  "of a donated buffer before its in-place update.", "",
+                  "| mode | parameters | programs donating | donated arguments | copies of donated arguments |",
+                  "|---|---|---|---|---|"]
+            L += [f"| {row['mode']} | " + (f"error: {row['error'][:80]} | | | |" if "error" in row else
+                  f"{row['params']} | {row['programs']} | {row['donated']} | {row['copies']} |")
+                  for row in r["copy_rows"]]
+            L.append("")
     if "serving" in res:
         r = res["serving"]
         L += _header(r)

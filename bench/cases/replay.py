@@ -142,6 +142,59 @@ def _peak(cfg, name: str, ac: bool, batch: int, seq: int) -> dict:
             "step_s": _med(c.total)["median"]}
 
 
+_COPY_STEP = """
+import sys
+sys.path.insert(0, {examples!r})
+import torch, tpuc
+from llama import LlamaConfig, Llama
+cfg = LlamaConfig(**{cfg!r})
+torch.manual_seed(0)
+m = Llama(cfg).to("tpu")
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3, capturable=True)
+x = torch.randint(0, cfg.vocab_size, ({batch}, {seq})).to("tpu")
+y = torch.randint(0, cfg.vocab_size, ({batch}, {seq})).to("tpu")
+@torch.compile(backend="tpu")
+def step():
+    _, loss = m(x, y); opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    return loss
+for _ in range(3):
+    step().item()
+print("params", len(list(m.parameters())))
+"""
+
+
+def _copy_rows(cfg, batch: int, seq: int) -> list[dict]:
+    """Copies of donated parameters in the optimized programs XLA compiled for
+    the step (its own dump, fresh compiles), per graph-replay mode."""
+    import dataclasses
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from tpuc._xla_dump import dump_copies
+
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+    code = _COPY_STEP.format(examples=os.path.abspath(examples), cfg=dataclasses.asdict(cfg),
+                             batch=batch, seq=seq)
+    rows = []
+    for mode in ("replay", "join"):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={d}", TPUC_CACHE_DIR="off",
+                       TPUC_GRAPH_REPLAY=mode)
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, timeout=900)
+            if r.returncode != 0:
+                rows.append({"mode": mode, "error": r.stderr[-200:]})
+                continue
+            progs = [p for p in dump_copies(d) if p["aliased"]]
+            rows.append({"mode": mode, "params": int(r.stdout.split("params")[1].split()[0]),
+                         "programs": len(progs),
+                         "donated": sum(p["aliased"] for p in progs),
+                         "copies": sum(p["copies"] for p in progs)})
+    return rows
+
+
 def run(quick: bool) -> dict:
     if not tpu_available():
         return {"title": "Replay", "command": COMMAND, "rows": [], "memory_rows": [],
@@ -161,8 +214,10 @@ def run(quick: bool) -> dict:
                 mem.append(_peak(cfg, n, ac, batch, seq))
             except Exception as e:  # reported, not hidden
                 mem.append({"contender": n, "ac": ac, "error": f"{type(e).__name__}: {e}"[:200]})
+    copies = _copy_rows(cfg, batch, seq)
     return {
         "title": "Replay: the compiled step launched without recording its ops",
+        "copy_rows": copies,
         "command": COMMAND,
         "batch": batch, "seq": seq,
         "rows": rows,

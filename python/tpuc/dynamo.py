@@ -111,9 +111,53 @@ def _fallback_total(_C: Any) -> int:
     return sum(_C._fallback_counts().values())
 
 
+def _restoring_hops() -> tuple[Any, ...]:
+    from torch._prims import rng_prims
+
+    return (rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state)
+
+
+def _pair(a: Any, b: Any) -> tuple[Any, Any]:
+    return (a, b)
+
+
+def _unwrap_deterministic_rng(gm: torch.fx.GraphModule) -> None:
+    """Activation checkpointing wraps every op tagged as random into
+    run_and_save_rng_state / run_with_rng_state, the fused attention op
+    too; without dropout it draws nothing, so it is called directly (the
+    saved state becomes an empty tensor on its device) and the graph stays
+    replayable."""
+    save, run_with = _restoring_hops()
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in (save, run_with):
+            continue
+        k = 0 if n.target is save else 1
+        op, args, kwargs = n.args[k], tuple(n.args[k + 1:]), dict(n.kwargs)
+        p = args[3] if len(args) > 3 else kwargs.get("dropout_p", 0.0)
+        dev = getattr(args[0], "meta", {}).get("val") if args else None
+        if op is not flash or p != 0.0 or not isinstance(dev, torch.Tensor):
+            continue
+        with gm.graph.inserting_before(n):
+            out = gm.graph.call_function(op, args, kwargs)
+            if n.target is save:
+                state = gm.graph.call_function(
+                    torch.ops.aten.empty.memory_format, ([0],),
+                    {"dtype": torch.uint8, "device": dev.device})
+                out = gm.graph.call_function(_pair, (state, out))
+        n.replace_all_uses_with(out)
+        gm.graph.erase_node(n)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
 def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     global _graphs_compiled
     from . import _C
+
+    _unwrap_deterministic_rng(gm)
 
     with _lock:
         _graphs_compiled += 1
@@ -177,6 +221,12 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
             _note(None, f"graph {gid}: not replayed: {why}")
         return out
 
+    if any(n.op == "call_function" and n.target in _restoring_hops() for n in gm.graph.nodes):
+        # activation checkpointing: the graph saves or restores a generator
+        # state as a CPU tensor, whose value a kept program cannot follow
+        never.append("the graph saves or restores a generator state (activation checkpointing)")
+        _note(None, f"graph {gid}: not replayed: {never[0]}")
+
     def run(args: list[Any]) -> Any:
         mode = _replay_mode
         eager = _C._get_mode()
@@ -231,3 +281,6 @@ def register() -> None:
 
     if "tpu" not in list_backends(exclude_tags=()):
         register_backend(name="tpu", compiler_fn=tpu_backend)
+    from . import _rng_hops
+
+    _rng_hops.install()  # torch.utils.checkpoint in compiled models
