@@ -63,8 +63,7 @@ class GRPOConfig:
     temperature: float = 1.0
     safety_weight: float = 0.0  # 0: task reward only
     # evaluation
-    eval_prompts: int = 32
-    eval_samples: int = 4
+    eval_rounds: int = 4  # sampled evaluation batches (each prompts_per_step x group_size)
     engine: str = "local"  # "local" (in-process) or "vllm" (tpuc.post_training.vllm_engine)
 
 
@@ -233,18 +232,29 @@ def rewards_for(cfg: GRPOConfig, task: SortTask) -> tuple[Weighted, SortReward, 
 
 
 def evaluate(engine: RolloutEngine, cfg: GRPOConfig, task: SortTask) -> dict[str, float]:
-    """Greedy task reward and sampled forbidden-output rate on fixed held-out prompts."""
+    """Greedy task reward and sampled forbidden-output rate on fixed held-out prompts.
+
+    Every batch has the training rollouts' shape (``prompts_per_step * group_size`` rows), so
+    on "tpu" the evaluation reuses the training's compiled programs: greedy over that many
+    prompts, and ``eval_rounds`` sampled batches of ``group_size`` completions per prompt.
+    """
     _, sort, rule = rewards_for(cfg, task)
-    prompts = task.prompts(cfg.eval_prompts, torch.Generator().manual_seed(10_000 + cfg.seed))
+    rows = cfg.prompts_per_step * cfg.group_size
+    g = torch.Generator().manual_seed(10_000 + cfg.seed)
+    prompts = task.prompts(rows, g)
     stop = (task.tokenizer.eos_id,)
     greedy = engine.generate(prompts, SamplingSpec(n=1, max_tokens=task.max_completion, temperature=0.0,
                                                    stop_token_ids=stop))
-    sampled = engine.generate(prompts, SamplingSpec(n=cfg.eval_samples, max_tokens=task.max_completion,
-                                                    temperature=cfg.temperature, seed=20_000 + cfg.seed,
-                                                    stop_token_ids=stop))
-    flat = [(p, c.token_ids) for p, g in zip(prompts, sampled) for c in g]
+    flat: list[tuple[list[int], list[int]]] = []
+    for r in range(cfg.eval_rounds):
+        ps = task.prompts(cfg.prompts_per_step, g)
+        sampled = engine.generate(ps, SamplingSpec(n=cfg.group_size, max_tokens=task.max_completion,
+                                                   temperature=cfg.temperature, seed=20_000 + 97 * cfg.seed + r,
+                                                   stop_token_ids=stop))
+        flat += [(p, c.token_ids) for p, gr in zip(ps, sampled) for c in gr]
     return {
         "greedy_reward": sum(sort(p, g[0].token_ids) for p, g in zip(prompts, greedy)) / len(prompts),
+        "greedy_prompts": float(len(prompts)),
         "sampled_reward": sum(sort(p, c) for p, c in flat) / len(flat),
         "forbidden_rate": forbidden_rate(rule, (c for _, c in flat)),
         "samples": float(len(flat)),
