@@ -17,7 +17,7 @@ PHASES = ("generation", "scoring", "training", "sync")
 def _one(device: str, steps: int, rounds: int) -> dict:
     from tpuc.post_training.recipe import GRPOConfig, run
 
-    res = run(GRPOConfig(device=device, steps=steps, prompts_per_step=8, group_size=6, lr=3e-3,
+    res = run(GRPOConfig(device=device, engine="local", steps=steps, prompts_per_step=8, group_size=6, lr=3e-3,
                          beta=0.02, eval_rounds=rounds, safety_weight=1.0))
     h = res["history"]
     later = h[1:] if len(h) > 1 else h

@@ -64,7 +64,9 @@ class GRPOConfig:
     safety_weight: float = 0.0  # 0: task reward only
     # evaluation
     eval_rounds: int = 4  # sampled evaluation batches (each prompts_per_step x group_size)
-    engine: str = "local"  # "local" (in-process) or "vllm" (tpuc.post_training.vllm_engine)
+    # "vllm": vLLM on the device in its own process (.venv-serve, tpuc.post_training.vllm_engine);
+    # "local": generation in-process with a copy of the policy (no vLLM needed).
+    engine: str = "vllm"
 
 
 @dataclass
@@ -209,18 +211,44 @@ def full_state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 # ---- the recipe ------------------------------------------------------------------------------
 
+class _HFNamedEngine:
+    """A Hugging Face-named engine (vLLM) fed TorchTitan-named weights: converts as it streams
+    (``tpuc.post_training.weights.titan_to_hf``, TorchTitan's own state-dict adapter)."""
+
+    def __init__(self, engine: Any, model_config: Any) -> None:
+        self.engine, self.model_config = engine, model_config
+
+    def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> Any:
+        return self.engine.generate(prompts, spec)
+
+    def update_weights(self, named_tensors: Any) -> Any:
+        from .weights import titan_to_hf
+
+        return self.engine.update_weights(titan_to_hf(named_tensors, self.model_config))
+
+    def close(self) -> None:
+        self.engine.close()
+
+
 def make_engine(cfg: GRPOConfig, vocab: int, state: dict[str, torch.Tensor]) -> RolloutEngine:
+    """``local``: :class:`LocalEngine`; ``vllm``: vLLM on ``cfg.device`` in its own process
+    (.venv-serve), started from the warm weights written as a Hugging Face directory."""
     if cfg.engine == "local":
         from .local_engine import LocalEngine
 
         return LocalEngine(build_policy(cfg, vocab, cfg.device, state=state), cfg.device)
     if cfg.engine == "vllm":
-        try:
-            from . import vllm_engine  # type: ignore[attr-defined]
-        except ImportError as e:
-            raise RuntimeError("GRPO: --engine vllm needs tpuc.post_training.vllm_engine (the `sync` work, "
-                               "docs/weight_sync.md); use --engine local meanwhile") from e
-        return vllm_engine.make_engine_for_recipe(cfg, vocab, state)  # pragma: no cover
+        import tempfile
+
+        from .vllm_engine import VLLMEngine
+        from .weights import save_hf_dir
+
+        if world()[1] > 1:
+            raise NotImplementedError("GRPO: --engine vllm with more than one trainer process is not "
+                                      "wired in the recipe yet; use --engine local under torchrun")
+        mcfg = policy_config(vocab, cfg.dim, cfg.n_layers, cfg.n_heads)
+        hf_dir = save_hf_dir(tempfile.mkdtemp(prefix="tpuc-grpo-policy-"), mcfg, state)
+        return _HFNamedEngine(VLLMEngine(hf_dir, device=cfg.device, seed=cfg.seed), mcfg)
     raise ValueError(f"GRPO: unknown engine {cfg.engine!r} (local or vllm)")
 
 
