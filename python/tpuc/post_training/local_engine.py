@@ -8,7 +8,7 @@ lock-step); sampling is Gumbel-max with noise drawn from a seeded CPU generator,
 seed draws the same noise on "tpu" and on the CPU and the two devices sample the same tokens
 wherever their logits order the same way. Weight names are the model's own (TorchTitan's
 ``layers.0.attention.wqkv.weight``), not Hugging Face's: the recipe hands this engine its
-state dict as is. It is also the reference for "the engine's greedy outputs equal the
+parameters as they are named (``named_parameters``). It is also the reference for "the engine's greedy outputs equal the
 trainer's" (:func:`generate`).
 """
 
@@ -73,7 +73,9 @@ class LocalEngine:
     def __init__(self, model: torch.nn.Module, device: torch.device | str) -> None:
         self.model = model.eval()
         self.device = torch.device(device)
-        self._params = dict(model.state_dict())
+        # Parameters themselves (aliases), not state_dict(): TorchTitan's fused-QKV module
+        # splits wqkv into fresh wq/wk/wv tensors in state_dict(), so writing those would miss.
+        self._params = dict(model.named_parameters())
 
     def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> list[list[Completion]]:
         return generate(self.model, prompts, spec, self.device)

@@ -203,10 +203,11 @@ def parallelize(model: torch.nn.Module, world_size: int) -> torch.nn.Module:
 
 
 def full_state(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The model's weights by name, sharded (DTensor) ones gathered."""
-    for name, t in model.state_dict().items():
-        full = getattr(t, "full_tensor", None)
-        yield name, (full() if full is not None else t).detach()
+    """The model's parameters by name (fused ``wqkv`` as is), sharded (DTensor) ones gathered
+    one at a time (``tpuc.post_training.weights.iter_full_state``; every rank must iterate)."""
+    from .weights import iter_full_state
+
+    return iter_full_state(model)
 
 
 # ---- the recipe ------------------------------------------------------------------------------
