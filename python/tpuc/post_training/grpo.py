@@ -54,7 +54,7 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor
     ratio = torch.exp(logp - old_logp)
     a = advantages[:, None]
     unclipped = ratio * a
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clipped_eps_hi(clip_eps)) * a
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * a
     surrogate = torch.minimum(unclipped, clipped)
     d = ref_logp - logp
     kl = torch.exp(d) - d - 1.0
@@ -67,7 +67,3 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor
         frac = ((unclipped != clipped).to(m.dtype) * m).sum() / m.sum().clamp(min=1.0)
     return LossParts(loss, policy, kl_mean, frac)
 
-
-def clipped_eps_hi(clip_eps: float) -> float:
-    """The upper clip (symmetric here; DAPO's 'clip-higher' would return a larger value)."""
-    return clip_eps

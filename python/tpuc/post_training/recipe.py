@@ -194,7 +194,7 @@ def parallelize(model: torch.nn.Module, world_size: int) -> torch.nn.Module:
 
     parallelism = ParallelismConfig(data_parallel_shard_degree=world_size, spmd_backend="partial_dtensor")
     dims = ParallelDims.from_config(parallelism, world_size)
-    dims.build_mesh() if hasattr(dims, "build_mesh") else None
+    dims.build_mesh()
     training = TrainingConfig(mixed_precision_param="float32", mixed_precision_reduce="float32")
     spec = model_registry("debugmodel")
     return spec.parallelize_fn(model, parallel_dims=dims, training=training, parallelism=parallelism,
