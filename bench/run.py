@@ -27,6 +27,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_h
          "bounds",
          "tuning",
          "serving",
+         "grpo",
          "weight_sync",
          ]
 
