@@ -109,13 +109,15 @@ def select_backend(world_size: Optional[int] = None) -> str:
     return m["tpu"]
 
 
-def apply(swaps: Optional[str] = None) -> None:
-    """Applies the whole integration (idempotent). ``swaps``: see :mod:`.swaps`."""
+def apply(swaps: Optional[str] = None, device: str = "tpu") -> None:
+    """Applies the whole integration (idempotent). ``swaps``: see :mod:`.swaps`.
+    ``device="cpu"``: for the CPU reference run (:mod:`.reference`), no device check."""
     global _applied
     from . import peak, swaps as swaps_mod
 
     if not _applied:
-        check_device()
+        if device == "tpu":
+            check_device()
         shim_set_timeout()
         select_backend()
         peak.install()
