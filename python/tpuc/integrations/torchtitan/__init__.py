@@ -26,6 +26,8 @@ it provides and why:
   names only and answers A100's 312 TFLOPS for anything else. tpuc answers the TPU
   generation's published bf16 peak when the plugin names one, else a measured matmul peak
   of this device (:mod:`.peak`).
+- The CPU reference (:mod:`.reference`, ``--tpuc.device=cpu``): the same recipe on the CPU
+  with gloo (TorchTitan 0.3.0 has no CPU mode), float32 or float64, for the tests' bounds.
 - Block swaps (:mod:`.swaps`), chosen by configuration and applied when TorchTitan applies
   parallelism (its ``ModelSpec.parallelize_fn`` is wrapped, model.py untouched).
 """
