@@ -22,7 +22,7 @@ TIMEOUT_S = int(os.environ.get("TPUC_TITAN_RUN_TIMEOUT", "900"))
 RECIPES = {
     "llama3": ["--module", "llama3", "--config", "llama3_debugmodel"],
     "qwen3": ["--module", "qwen3", "--config", "qwen3_debugmodel"],
-    "qwen3_moe": ["--module", "qwen3", "--config", "qwen3_moe_debug"]  # the debugmodel_moe flavour,
+    "qwen3_moe": ["--module", "qwen3", "--config", "qwen3_moe_debug"],  # the debugmodel_moe flavour
 }
 
 
