@@ -121,10 +121,13 @@ def test_safety_reward_lowers_forbidden_rate(runs: dict[str, dict]) -> None:
     assert after["forbidden_rate"] <= runs["tpu"]["after"]["forbidden_rate"]
 
 
-def test_fsdp2_recipe_run_matches_one_process(tmp_path) -> None:
+@pytest.mark.parametrize("engine", ["local", "vllm"])
+def test_fsdp2_recipe_run_matches_one_process(tmp_path, engine: str) -> None:
     """torchrun, 2 processes on 127.0.0.1, tpu_dist: TorchTitan's parallelize function shards
-    the policy (FSDP2); each rank generates for its own prompts and the weights synced to each
-    rank's engine are the gathered full tensors. Bounded in time; the children are reaped."""
+    the policy (FSDP2); the weights synced after each step are the gathered full tensors.
+    ``local``: each rank generates its own prompts with its own engine. ``vllm``: one vLLM
+    engine process on "tpu" (.venv-serve) serves both ranks through rank 0, which streams the
+    gathered weights to it every step. Bounded in time; the children are reaped."""
     import os
     import socket
     import subprocess
@@ -134,12 +137,19 @@ def test_fsdp2_recipe_run_matches_one_process(tmp_path) -> None:
 
     if "tpu_dist" not in getattr(dist.Backend, "backend_list", []):
         pytest.skip("the c10d backend tpu_dist is not registered in this build")
+    if engine == "vllm":
+        from pathlib import Path
+
+        from tpuc.post_training.vllm_engine import default_serve_python
+
+        if not Path(default_serve_python()).exists():
+            pytest.skip(f"the serving venv ({default_serve_python()}) is absent: make serve-setup")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "fsdp.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={port}", "-m", "tpuc.post_training.recipe", "--device", "tpu", "--engine", "local",
+           f"--master_port={port}", "-m", "tpuc.post_training.recipe", "--device", "tpu", "--engine", engine,
            "--steps", "2", "--eval-rounds", "1", "--lr", "3e-3", "--beta", "0.02", "--group-size", "6",
            "--prompts-per-step", "4", "--out", str(out)]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1")

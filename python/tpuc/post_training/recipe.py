@@ -87,7 +87,11 @@ class StepRecord:
 
 # ---- the policy: TorchTitan llama3 with a character vocabulary -------------------------------
 
-def policy_config(vocab: int, dim: int, n_layers: int, n_heads: int, max_seq_len: int = 64) -> Any:
+POLICY_CONTEXT = 64  # the policy's rotary length: prompt + completion must fit (vLLM checks it)
+
+
+def policy_config(vocab: int, dim: int, n_layers: int, n_heads: int,
+                  max_seq_len: int = POLICY_CONTEXT) -> Any:
     """A llama3 ``Llama3Model.Config`` (TorchTitan 0.3.0) of the given size and vocabulary."""
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim
     from torchtitan.models.llama3 import Llama3Model, model_registry
@@ -231,6 +235,47 @@ class _HFNamedEngine:
         self.engine.close()
 
 
+class _RankZeroEngine:
+    """One engine serving every rank of a sharded trainer, held by rank 0.
+
+    ``generate``: every rank's prompts and sampling spec are gathered to rank 0
+    (``all_gather_object``), rank 0 generates each rank's share with that rank's spec, and the
+    completions go back to all (``broadcast_object_list``), each rank keeping its own.
+    ``update_weights``: every rank iterates the weights (each sharded parameter's gather is a
+    collective), rank 0 streams them to the engine, and its SyncStats go to every rank.
+    """
+
+    def __init__(self, engine: Any, rank: int, world_size: int) -> None:
+        self.engine, self.rank, self.world_size = engine, rank, world_size
+
+    def generate(self, prompts: list[list[int]], spec: SamplingSpec) -> Any:
+        import torch.distributed as dist
+
+        asks: list[Any] = [None] * self.world_size
+        dist.all_gather_object(asks, (prompts, spec))
+        outs: list[Any] = [None]
+        if self.rank == 0:
+            outs = [[self.engine.generate(p, s) for p, s in asks]]
+        dist.broadcast_object_list(outs, src=0)
+        return outs[0][self.rank]
+
+    def update_weights(self, named_tensors: Any) -> Any:
+        import torch.distributed as dist
+
+        stats: list[Any] = [None]
+        if self.engine is None:
+            for _ in named_tensors:  # the gathers are collectives: every rank takes part
+                pass
+        else:
+            stats = [self.engine.update_weights(named_tensors)]
+        dist.broadcast_object_list(stats, src=0)
+        return stats[0]
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+
+
 def make_engine(cfg: GRPOConfig, vocab: int, state: dict[str, torch.Tensor]) -> RolloutEngine:
     """``local``: :class:`LocalEngine`; ``vllm``: vLLM on ``cfg.device`` in its own process
     (.venv-serve), started from the warm weights written as a Hugging Face directory."""
@@ -244,12 +289,15 @@ def make_engine(cfg: GRPOConfig, vocab: int, state: dict[str, torch.Tensor]) -> 
         from .vllm_engine import VLLMEngine
         from .weights import save_hf_dir
 
-        if world()[1] > 1:
-            raise NotImplementedError("GRPO: --engine vllm with more than one trainer process is not "
-                                      "wired in the recipe yet; use --engine local under torchrun")
+        rank, world_size = world()
         mcfg = policy_config(vocab, cfg.dim, cfg.n_layers, cfg.n_heads)
-        hf_dir = save_hf_dir(tempfile.mkdtemp(prefix="tpuc-grpo-policy-"), mcfg, state)
-        return _HFNamedEngine(VLLMEngine(hf_dir, device=cfg.device, seed=cfg.seed), mcfg)
+        engine: Any = None
+        if rank == 0:  # one engine process for the whole trainer
+            hf_dir = save_hf_dir(tempfile.mkdtemp(prefix="tpuc-grpo-policy-"), mcfg, state)
+            # the context is the policy's rotary length (vLLM refuses a longer max_model_len)
+            engine = _HFNamedEngine(VLLMEngine(hf_dir, device=cfg.device, seed=cfg.seed,
+                                               max_model_len=POLICY_CONTEXT), mcfg)
+        return engine if world_size == 1 else _RankZeroEngine(engine, rank, world_size)
     raise ValueError(f"GRPO: unknown engine {cfg.engine!r} (local or vllm)")
 
 
