@@ -213,7 +213,6 @@ void tpuc_fast_cache_clear(tpuc_runtime *rt) {
   }
   rt->fast_count = 0;
   pthread_mutex_unlock(&rt->fast_lock);
-  plan_scalar_cache_clear(rt);
 }
 
 fast_entry *cache_find(tpuc_runtime *rt, uint64_t h, const keybuf *k) {
@@ -531,33 +530,13 @@ done:
 }
 
 /* ---- launching ---- */
-/* Scalar arguments (add's alpha, a Python float operand, a fill value)
- * recur with the same few values on every call; uploading each one per
- * launch was a host-to-device transfer per op. Their device buffers are kept
- * in a small direct-mapped cache (a program only reads them: a scalar
- * parameter is never aliased, so never donated). Kept buffers are not
- * counted as allocated memory: they are the runtime's, like its executables. */
-#define SCALAR_CACHE_SLOTS 64
-
-struct tpuc_scalar_slot {
-  bool used;
-  int device, kind;
-  uint64_t bits[2];
-  tpuc_buffer *buffer;
-};
-
-static void scalar_key(const tpuc_arg *a, uint64_t bits[2]) {
-  bits[0] = bits[1] = 0;
-  if (a->scalar.kind == TPUC_SCALAR_BOOL) bits[0] = a->scalar.i != 0;
-  else if (a->scalar.kind == TPUC_SCALAR_INT) memcpy(&bits[0], &a->scalar.i, sizeof a->scalar.i);
-  else {
-    memcpy(&bits[0], &a->scalar.re, sizeof a->scalar.re);
-    if (a->scalar.kind == TPUC_SCALAR_COMPLEX) memcpy(&bits[1], &a->scalar.im, sizeof a->scalar.im);
+tpuc_status *plan_arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
+                             tpuc_buffer **out) {
+  if (a->kind == TPUC_ARG_RNG) {
+    uint64_t st[2] = {a->rng.seed, a->rng.offset};
+    int64_t two = 2;
+    return tpuc_buffer_from_host(rt, device, TPUC_U64, &two, 1, st, out);
   }
-}
-
-static tpuc_status *scalar_upload(tpuc_runtime *rt, int device, const tpuc_arg *a,
-                                  tpuc_buffer **out) {
   switch (a->scalar.kind) {
     case TPUC_SCALAR_BOOL: {
       unsigned char v = a->scalar.i != 0;
@@ -572,64 +551,6 @@ static tpuc_status *scalar_upload(tpuc_runtime *rt, int device, const tpuc_arg *
     default:
       return tpuc_buffer_from_host(rt, device, TPUC_F64, NULL, 0, &a->scalar.re, out);
   }
-}
-
-void plan_scalar_cache_clear(tpuc_runtime *rt) {
-  pthread_mutex_lock(&rt->fast_lock);
-  struct tpuc_scalar_slot *c = rt->scalar_cache;
-  rt->scalar_cache = NULL;
-  pthread_mutex_unlock(&rt->fast_lock);
-  for (int i = 0; c && i < SCALAR_CACHE_SLOTS; i++)
-    if (c[i].used) {
-      tpuc_runtime_account(rt, c[i].device, (int64_t)c[i].buffer->nbytes);
-      tpuc_buffer_release(c[i].buffer);
-    }
-  free(c);
-}
-
-tpuc_status *plan_arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
-                             tpuc_buffer **out) {
-  if (a->kind == TPUC_ARG_RNG) {
-    uint64_t st[2] = {a->rng.seed, a->rng.offset};
-    int64_t two = 2;
-    return tpuc_buffer_from_host(rt, device, TPUC_U64, &two, 1, st, out);
-  }
-  uint64_t bits[2];
-  scalar_key(a, bits);
-  int kind = (int)a->scalar.kind;
-  uint64_t h = tpuc_hash64(bits, sizeof bits, (uint64_t)(kind * 131 + device));
-  int at = (int)(h % SCALAR_CACHE_SLOTS);
-  pthread_mutex_lock(&rt->fast_lock);
-  if (!rt->scalar_cache) rt->scalar_cache = calloc(SCALAR_CACHE_SLOTS, sizeof *rt->scalar_cache);
-  struct tpuc_scalar_slot *c = rt->scalar_cache;
-  if (c && c[at].used && c[at].device == device && c[at].kind == kind &&
-      c[at].bits[0] == bits[0] && c[at].bits[1] == bits[1]) {
-    *out = tpuc_buffer_retain(c[at].buffer);
-    pthread_mutex_unlock(&rt->fast_lock);
-    return NULL;
-  }
-  pthread_mutex_unlock(&rt->fast_lock);
-  tpuc_status *st = scalar_upload(rt, device, a, out);
-  if (st || !c) return st;
-  tpuc_buffer *old = NULL;
-  int old_device = 0;
-  pthread_mutex_lock(&rt->fast_lock);
-  if (rt->scalar_cache == c) {
-    if (c[at].used) {
-      old = c[at].buffer;
-      old_device = c[at].device;
-    }
-    c[at] = (struct tpuc_scalar_slot){true, device, kind, {bits[0], bits[1]},
-                                      tpuc_buffer_retain(*out)};
-  }
-  bool kept = rt->scalar_cache == c;
-  pthread_mutex_unlock(&rt->fast_lock);
-  if (kept) tpuc_runtime_account(rt, device, -(int64_t)(*out)->nbytes);
-  if (old) {
-    tpuc_runtime_account(rt, old_device, (int64_t)old->nbytes);
-    tpuc_buffer_release(old);
-  }
-  return NULL;
 }
 
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,

@@ -95,8 +95,6 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
  * scalar of the argument's kind; a u64[2] (seed, offset) for TPUC_ARG_RNG). */
 tpuc_status *plan_arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
                              tpuc_buffer **out);
-/* Drops the kept device buffers of scalar arguments (plan_arg_buffer). */
-void plan_scalar_cache_clear(tpuc_runtime *rt);
 
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
                          const tpuc_op_call *const *calls, bool wait);

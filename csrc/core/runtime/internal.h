@@ -90,8 +90,6 @@ struct tpuc_runtime {
   size_t fast_nbuckets, fast_count;
   int64_t op_calls, fast_hits, fast_misses, emitted_bytes;
   int64_t recorded_ops, flushes, chunk_hits, chunk_misses;
-  struct tpuc_scalar_slot *scalar_cache; /* device buffers of recent scalar arguments
-                                          * (exec/plan.c), under fast_lock */
   /* fused execution (exec/fused.c) */
   atomic_int mode;
   struct tpuc_pending *pending; /* one per device */
