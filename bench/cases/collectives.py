@@ -8,12 +8,8 @@ tensor / time."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 
-from .common import tpu_available
+from .common import run_ranks, tpu_available
 
 COMMAND = "python -m bench.run --cases collectives --no-report"
 
@@ -69,23 +65,9 @@ def run(quick: bool) -> dict:
                 "notes": "tpu unavailable on this install"}
     sizes = [4 << 10, 1 << 20] if quick else [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
     reps = 5 if quick else 9
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TPUC_CPU_DEVICE_COUNT="2")
-        procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(r), f"{tmp}/store",
-                                   json.dumps(sizes), str(reps)], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for r in range(2)]
-        outs = []
-        try:
-            for p in procs:
-                outs.append(p.communicate(timeout=900))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        for p, (_, err) in zip(procs, outs):
-            if p.returncode != 0:
-                raise RuntimeError(f"collectives child failed: {err[-600:]}")
-    rows = json.loads(outs[0][0].strip().splitlines()[-1])
+    line = run_ranks(CHILD, 2, lambda r, store: [str(r), store, json.dumps(sizes), str(reps)],
+                     "collectives")
+    rows = json.loads(line)
     return {
         "title": "Collectives: tpu_dist (host hop through gloo) against gloo on CPU tensors",
         "command": COMMAND,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
 import torch
 
@@ -106,3 +107,31 @@ def matmul_peak(dtype: torch.dtype, n: int, repeats: int = 3) -> float:
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
+
+
+def run_ranks(child: str, world: int, args: Callable[[int, str], list[str]], what: str,
+              env: dict | None = None, timeout: float = 900) -> str:
+    """Runs ``python -c child`` once per rank (``args(rank, store_path)`` its argv) with a file
+    store in a temporary directory; returns rank 0's last stdout line. Every child is killed and
+    reaped on the way out; a failed rank raises with its stderr's tail."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        e = dict(os.environ, TPUC_CPU_DEVICE_COUNT=str(world), **(env or {}))
+        procs = [subprocess.Popen([sys.executable, "-c", child, *args(r, f"{tmp}/store")], env=e,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(world)]
+        outs = []
+        try:
+            for p in procs:
+                outs.append(p.communicate(timeout=timeout))
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for p, (_, err) in zip(procs, outs):
+            if p.returncode != 0:
+                raise RuntimeError(f"{what} child failed: {err[-800:]}")
+    return outs[0][0].strip().splitlines()[-1]

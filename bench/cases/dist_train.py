@@ -8,12 +8,8 @@ TPU slice does. Quick: 2 processes, 2 timed steps."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 
-from .common import EXAMPLES, tpu_available
+from .common import EXAMPLES, run_ranks, tpu_available
 
 COMMAND = "python -m bench.run --cases dist_train --no-report"
 
@@ -66,25 +62,10 @@ dist.destroy_process_group()
 
 
 def _launch(world: int, mode: str, device: str, steps: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, TPUC_CPU_DEVICE_COUNT=str(world), OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(r), str(world), f"{tmp}/store",
-                                   mode, device, str(steps), EXAMPLES], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(world)]
-        outs = []
-        try:
-            for p in procs:
-                outs.append(p.communicate(timeout=900))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        for p, (_, err) in zip(procs, outs):
-            if p.returncode != 0:
-                raise RuntimeError(f"{mode}/{device}/{world} child failed: {err[-800:]}")
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    line = run_ranks(CHILD, world, lambda r, store: [str(r), str(world), store, mode, device,
+                                                    str(steps), EXAMPLES],
+                     f"{mode}/{device}/{world}", env={"OMP_NUM_THREADS": "1"})
+    return json.loads(line)
 
 
 def run(quick: bool) -> dict:
