@@ -196,3 +196,29 @@ def test_choose_transport() -> None:
     assert choose_transport("cuda", {"TPUC_DIST_DEVICE": "0"}) == ("host", "TPUC_DIST_DEVICE=0")
     name, why = choose_transport("tpu", {"TPUC_DIST_DEVICE": "1"})
     assert name == "host" and "not built yet" in why and "tpu client" in why
+
+
+def test_dist_device_1_warns_once_with_the_reason(monkeypatch, tmp_path) -> None:
+    """A user who asks for the device transport where it cannot be had is told
+    why, once, when the first group is made; the group still works (host)."""
+    import warnings
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    import tpuc  # noqa: F401  (the device "tpu")
+    from tpuc.distributed import _transport
+
+    monkeypatch.setenv("TPUC_DIST_DEVICE", "1")
+    monkeypatch.setattr(_transport, "_warned_device", False)
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    with pytest.warns(UserWarning, match="TPUC_DIST_DEVICE=1, but collectives use the host "
+                                         "transport: the "):
+        t = _transport.select_transport(store, 0, 1, timedelta(seconds=30))
+    assert t.name == "host-gloo"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _transport.select_transport(dist.FileStore(str(tmp_path / "s2"), 1), 0, 1,
+                                    timedelta(seconds=30))
+    assert torch.tpu.is_available()
