@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from typing import Callable
 from dataclasses import dataclass, field
 
 _MAX_DIMS = 16
@@ -166,5 +167,125 @@ def describe(plugin_path: str, cpu_device_count: int = 0) -> RuntimeDescription:
                 DeviceDescription(i, d.id, d.kind.decode(), d.description.decode())
             )
         return out
+    finally:
+        l.tpuc_runtime_destroy(rt)
+
+
+# ---- multi-process clients (tpuc_runtime_create_multiprocess) ---------------
+# A key-value store implemented in Python: get(key, timeout_ms) -> bytes | None
+# (timeout_ms < 0: do not wait; None: the key is missing), put(key, value).
+# Keys and values are bytes. Exceptions become statuses (their message reaches
+# the plugin); ValueError is INVALID_ARGUMENT, any other error RUNTIME.
+_ERR_INVALID_ARGUMENT, _ERR_RUNTIME = 1, 6
+_KV_GET = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                           ctypes.c_int, ctypes.c_void_p)
+_KV_PUT = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                           ctypes.c_void_p, ctypes.c_size_t)
+
+
+class _KVStore(ctypes.Structure):
+    _fields_ = [("get", _KV_GET), ("put", _KV_PUT), ("user", ctypes.c_void_p)]
+
+
+class _ProcessOptions(ctypes.Structure):
+    _fields_ = [("process_id", ctypes.c_int), ("num_processes", ctypes.c_int),
+                ("kv_store", ctypes.POINTER(_KVStore))]
+
+
+class _ProcessInfo(ctypes.Structure):
+    _fields_ = [("process_index", ctypes.c_int), ("global_device_count", ctypes.c_int),
+                ("device_count", ctypes.c_int), ("num_processes", ctypes.c_int),
+                ("kv_store", ctypes.c_bool), ("create_options", ctypes.c_char_p)]
+
+
+def _bind_multiprocess(l: ctypes.CDLL) -> None:
+    if getattr(l, "_tpuc_mp_bound", False):
+        return
+    l.tpuc_status_create.restype = ctypes.c_void_p
+    l.tpuc_status_create.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    l.tpuc_kv_value_set.restype = ctypes.c_bool
+    l.tpuc_kv_value_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    l.tpuc_runtime_create_multiprocess.restype = _StatusP
+    l.tpuc_runtime_create_multiprocess.argtypes = [
+        ctypes.POINTER(_RuntimeOptions), ctypes.POINTER(_ProcessOptions),
+        ctypes.POINTER(ctypes.c_void_p)]
+    l.tpuc_process_info_get.restype = None
+    l.tpuc_process_info_get.argtypes = [ctypes.c_void_p, ctypes.POINTER(_ProcessInfo)]
+    l._tpuc_mp_bound = True
+
+
+class KeyValueCallbacks:
+    """A Python key-value store as the C core's ``tpuc_kv_store``.
+
+    ``struct`` is what the core receives; this object must outlive every
+    runtime created with it. ``calls`` counts the core's calls (tests and
+    ``tpuc info`` read it)."""
+
+    def __init__(self, get: Callable[[bytes, int], "bytes | None"],
+                 put: Callable[[bytes, bytes], None]):
+        self._get, self._put = get, put
+        self.calls = 0
+        self._lib = lib()
+        _bind_multiprocess(self._lib)
+        self._c_get = _KV_GET(self._on_get)
+        self._c_put = _KV_PUT(self._on_put)
+        self.struct = _KVStore(self._c_get, self._c_put, None)
+
+    def _status(self, e: BaseException) -> int:
+        code = _ERR_INVALID_ARGUMENT if isinstance(e, ValueError) else _ERR_RUNTIME
+        msg = f"{type(e).__name__}: {e}".encode("utf-8", "replace")
+        return self._lib.tpuc_status_create(code, msg)
+
+    def _on_get(self, _user, key, key_len, timeout_ms, value):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        try:
+            v = self._get(ctypes.string_at(key, key_len), timeout_ms)
+            if v is not None and not self._lib.tpuc_kv_value_set(value, v, len(v)):
+                raise MemoryError("out of host memory copying a value")
+            return None
+        except BaseException as e:  # noqa: BLE001 - every error must become a status
+            return self._status(e)
+
+    def _on_put(self, _user, key, key_len, val, val_len):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        try:
+            self._put(ctypes.string_at(key, key_len), ctypes.string_at(val, val_len))
+            return None
+        except BaseException as e:  # noqa: BLE001
+            return self._status(e)
+
+
+@dataclass
+class ProcessDescription:
+    process_index: int | None
+    global_device_count: int | None
+    device_count: int
+    num_processes: int
+    kv_store: bool
+    create_options: list[str]
+
+
+def describe_multiprocess(plugin_path: str, process_id: int, num_processes: int,
+                          kv: KeyValueCallbacks | None,
+                          cpu_device_count: int = 0) -> ProcessDescription:
+    """Creates the client as process ``process_id`` of ``num_processes`` sharing
+    ``kv``, describes what the plugin made of it, and destroys it."""
+    l = lib()
+    _bind_multiprocess(l)
+    opts = _RuntimeOptions(plugin_path.encode(), cpu_device_count, b"off", 0)
+    popts = _ProcessOptions(process_id, num_processes,
+                            ctypes.pointer(kv.struct) if kv is not None else None)
+    rt = ctypes.c_void_p()
+    _check(l.tpuc_runtime_create_multiprocess(ctypes.byref(opts), ctypes.byref(popts),
+                                              ctypes.byref(rt)))
+    try:
+        pi = _ProcessInfo()
+        l.tpuc_process_info_get(rt, ctypes.byref(pi))
+        names = (pi.create_options or b"").decode()
+        return ProcessDescription(
+            process_index=None if pi.process_index < 0 else pi.process_index,
+            global_device_count=None if pi.global_device_count < 0 else pi.global_device_count,
+            device_count=pi.device_count, num_processes=pi.num_processes,
+            kv_store=bool(pi.kv_store), create_options=[n for n in names.split(",") if n])
     finally:
         l.tpuc_runtime_destroy(rt)

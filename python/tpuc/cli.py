@@ -29,6 +29,10 @@ def _info(as_json: bool) -> int:
     report = asdict(desc)
     report["plugin_source"] = choice.source
     report["host_heap"] = _host_heap.decide(_plugin.is_cpu_plugin(choice))[1]
+    from .distributed._topology import choose_transport
+
+    transport, transport_why = choose_transport(desc.platform)
+    report["distributed_transport"] = {"transport": transport, "why": transport_why}
     report["versions"] = {
         "tpuc": _version("tpuc"),
         "torch": _version("torch"),
@@ -50,6 +54,7 @@ def _info(as_json: bool) -> int:
     if desc.stablehlo_current:
         print(f"StableHLO:         {desc.stablehlo_minimum} .. {desc.stablehlo_current}")
     print(f"host heap:         {report['host_heap']}")
+    print(f"tpu_dist:          {transport} transport ({transport_why})")
     print(f"devices:           {len(desc.devices)}")
     for d in desc.devices:
         print(f"  tpu:{d.index}  id {d.id}  {d.kind}  {d.description}")

@@ -47,6 +47,9 @@ typedef struct tpuc_status tpuc_status;
 tpuc_code tpuc_status_code(const tpuc_status *s);
 const char *tpuc_status_message(const tpuc_status *s);
 void tpuc_status_destroy(tpuc_status *s);
+/* A status for clients that implement core callbacks (tpuc_kv_store): a copy
+ * of `message` with `code` (not TPUC_OK). Never fails (see tpuc_status_make). */
+tpuc_status *tpuc_status_create(tpuc_code code, const char *message);
 
 /* ---- element types ----------------------------------------------------- */
 
@@ -97,6 +100,72 @@ typedef struct {
 
 /* Strings stay valid for the runtime's lifetime. */
 void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out);
+
+/* ---- multi-process clients ---------------------------------------------
+ * Where a plugin runs collectives across processes (the CUDA plugin over
+ * NCCL; libtpu over ICI), each process creates its client as one part of a
+ * multi-process topology, and the clients exchange what they need (device
+ * lists, NCCL ids) through a key-value store every process reaches: the
+ * PJRT_Client_Create key-value callbacks, backed here by a tpuc_kv_store.
+ *
+ * A tpuc_kv_store is the caller's store (PyTorch's c10d TCPStore, ...). Its
+ * functions may be called from any thread, plugin threads included, and
+ * concurrently, for as long as the runtime lives.
+ *   get  the value of `key`: the function calls tpuc_kv_value_set(value, ...)
+ *        once with the bytes (which it may free afterwards). timeout_ms >= 0:
+ *        wait up to that long for the key to appear; timeout_ms < 0: do not
+ *        wait. A key still missing: return NULL without setting the value.
+ *        A failure of the store itself: return a status (its code and message
+ *        reach the plugin).
+ *   put  sets `key` to the value (len bytes, any content); a status on failure.
+ * Keys and values are byte strings (key_len, len); keys need not be
+ * NUL-terminated. The plugin's keys are passed through unchanged: a store
+ * shared with other users should put them under a prefix of its own. */
+typedef struct tpuc_kv_value tpuc_kv_value;
+/* Copies `len` bytes into the value being returned; false when out of memory. */
+bool tpuc_kv_value_set(tpuc_kv_value *value, const char *data, size_t len);
+
+typedef struct {
+  tpuc_status *(*get)(void *user, const char *key, size_t key_len, int timeout_ms,
+                      tpuc_kv_value *value);
+  tpuc_status *(*put)(void *user, const char *key, size_t key_len, const char *value,
+                      size_t len);
+  void *user; /* must stay valid until tpuc_runtime_destroy */
+} tpuc_kv_store;
+
+typedef struct {
+  int process_id;                /* this process: 0 .. num_processes-1 */
+  int num_processes;             /* >= 1 */
+  const tpuc_kv_store *kv_store; /* copied; NULL: none (then num_processes must be 1) */
+} tpuc_process_options;
+
+/* tpuc_runtime_create, with the client created as process `process_id` of
+ * `num_processes` sharing `kv_store`. What the plugin is given:
+ *   every plugin   the key-value callbacks (get, try_get, put);
+ *   XLA CPU        cpu_device_count only (it reads no other option and, as
+ *                  released, ignores the store: its client stays one process);
+ *   libtpu ("tpu" in the file name)  no option: libtpu reads its topology
+ *                  from the TPU environment, as JAX calls it;
+ *   any other (CUDA, ROCm)  node_id = process_id, num_nodes = num_processes
+ *                  (the option names of XLA's GPU plugin).
+ * A plugin that rejects them fails the creation with its message. */
+tpuc_status *tpuc_runtime_create_multiprocess(const tpuc_runtime_options *opts,
+                                              const tpuc_process_options *process,
+                                              tpuc_runtime **out);
+
+typedef struct {
+  int process_index;       /* the plugin's (PJRT_Client_ProcessIndex); -1: it does not say */
+  int global_device_count; /* devices of every process (PJRT_Client_Devices); -1: unknown */
+  int device_count;        /* this process's (addressable) devices */
+  int num_processes;       /* as created (1 for tpuc_runtime_create) */
+  bool kv_store;           /* a key-value store was handed to the plugin */
+  /* the create options sent, names comma-separated ("cpu_device_count",
+   * "node_id,num_nodes", "" for none) */
+  const char *create_options;
+} tpuc_process_info;
+
+/* Strings stay valid for the runtime's lifetime. */
+void tpuc_process_info_get(tpuc_runtime *rt, tpuc_process_info *out);
 
 typedef struct {
   int id;                  /* the plugin's global device id */

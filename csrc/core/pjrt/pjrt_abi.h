@@ -196,16 +196,58 @@ typedef struct {
   PJ_HEADER; pj_event *event; pj_on_ready_fn callback; void *user_arg;
 } pj_event_on_ready_args;
 
+/* The key-value callbacks of client creation. The plugin fills these
+ * argument structs (XLA's wrapper leaves struct_size unset: never read it)
+ * and owns the error a callback returns, made with the plugin's
+ * callback_error (a pointer to its function). A get returns a value the
+ * plugin copies and then releases with value_deleter. */
+typedef pj_error *(*pj_callback_error_fn)(int code, const char *message, size_t message_size);
+typedef void (*pj_kv_value_deleter)(char *value);
+typedef struct {
+  PJ_HEADER;
+  const char *key;
+  size_t key_size;
+  int timeout_in_ms;
+  pj_callback_error_fn *callback_error;
+  void *user_arg;
+  char *value;                      /* out */
+  size_t value_size;                /* out */
+  pj_kv_value_deleter value_deleter; /* out */
+} pj_kv_get_args;
+typedef struct {
+  PJ_HEADER;
+  const char *key;
+  size_t key_size;
+  pj_callback_error_fn *callback_error;
+  void *user_arg;
+  char *value;                      /* out */
+  size_t value_size;                /* out */
+  pj_kv_value_deleter value_deleter; /* out */
+} pj_kv_try_get_args;
+typedef struct {
+  PJ_HEADER;
+  const char *key;
+  size_t key_size;
+  const char *value;
+  size_t value_size;
+  pj_callback_error_fn *callback_error;
+  void *user_arg;
+} pj_kv_put_args;
+typedef pj_error *(*pj_kv_get_fn)(pj_kv_get_args *);
+typedef pj_error *(*pj_kv_try_get_fn)(pj_kv_try_get_args *);
+typedef pj_error *(*pj_kv_put_fn)(pj_kv_put_args *);
+typedef struct { PJ_HEADER; pj_client *client; int process_index; } pj_client_process_index_args;
+
 typedef struct {
   PJ_HEADER;
   const pj_named_value *create_options;
   size_t num_options;
-  void *kv_get_callback;
+  pj_kv_get_fn kv_get_callback;
   void *kv_get_user_arg;
-  void *kv_put_callback;
+  pj_kv_put_fn kv_put_callback;
   void *kv_put_user_arg;
   pj_client *client; /* out */
-  void *kv_try_get_callback;
+  pj_kv_try_get_fn kv_try_get_callback; /* 0.61 */
   void *kv_try_get_user_arg;
 } pj_client_create_args;
 typedef struct { PJ_HEADER; pj_client *client; } pj_client_destroy_args;

@@ -108,6 +108,13 @@ struct tpuc_runtime {
   void *hook_user;
   atomic_ullong event_ids;
   atomic_bool want_done; /* report DEVICE_DONE (tpuc_set_event_device_done) */
+
+  /* a multi-process client (tpuc_runtime_create_multiprocess): the caller's
+   * store, copied (the plugin's key-value callbacks point here) */
+  tpuc_kv_store kv;
+  bool has_kv;
+  int process_id, num_processes;
+  char create_options[64]; /* the option names sent, comma-separated */
 };
 
 /* ---- events.c ---- */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "../pjrt/kv_bridge.h"
 
 static char *dup_n(const char *s, size_t n) {
   char *r = malloc(n + 1);
@@ -47,30 +48,69 @@ static void read_attributes(tpuc_runtime *rt) {
   }
 }
 
+static bool is_tpu_plugin(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  return strstr(base, "tpu") != NULL;
+}
+
+static void int_option(pj_named_value *o, const char *name, int64_t v) {
+  memset(o, 0, sizeof *o);
+  o->struct_size = PJ_SIZE(pj_named_value, value_size);
+  o->name = name;
+  o->name_size = strlen(name);
+  o->type = PJ_NV_INT64;
+  o->int64_value = v;
+  o->value_size = 1;
+}
+
+/* The create options for this plugin (see tpuc_runtime_create_multiprocess);
+ * their names go to rt->create_options. */
+static size_t make_options(tpuc_runtime *rt, int cpu_devices, pj_named_value opt[2]) {
+  size_t n = 0;
+  if (is_cpu_plugin(rt->plugin.path)) {
+    int_option(&opt[n++], "cpu_device_count", cpu_devices);
+  } else if (rt->num_processes > 1 && !is_tpu_plugin(rt->plugin.path)) {
+    int_option(&opt[n++], "node_id", rt->process_id);
+    int_option(&opt[n++], "num_nodes", rt->num_processes);
+  }
+  rt->create_options[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(rt->create_options);
+    snprintf(rt->create_options + len, sizeof rt->create_options - len, "%s%s", i ? "," : "",
+             opt[i].name);
+  }
+  return n;
+}
+
 static tpuc_status *create_client(tpuc_runtime *rt, int cpu_devices) {
   PJ_FN(&rt->plugin, PJ_SLOT_CLIENT_CREATE, pj_client_create_args, create);
-  pj_named_value opt = {0};
-  opt.struct_size = PJ_SIZE(pj_named_value, value_size);
-  opt.name = "cpu_device_count";
-  opt.name_size = strlen(opt.name);
-  opt.type = PJ_NV_INT64;
-  opt.int64_value = cpu_devices;
-  opt.value_size = 1;
+  pj_named_value opt[2];
+  size_t nopt = make_options(rt, cpu_devices, opt);
 
   pj_client_create_args a = {0};
   a.struct_size = PJ_SIZE(pj_client_create_args, kv_try_get_user_arg);
-  if (is_cpu_plugin(rt->plugin.path)) {
-    a.create_options = &opt;
-    a.num_options = 1;
-  }
+  a.create_options = nopt ? opt : NULL;
+  a.num_options = nopt;
+  if (rt->has_kv) tpuc_kv_bridge_attach(&rt->kv, &a);
   pj_error *err = create(&a);
-  if (err && a.num_options) { /* a plugin that rejects the option: retry bare */
+  if (err && a.num_options && !rt->has_kv) { /* a plugin that rejects the option: retry bare */
     tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, err, NULL));
     memset(&a, 0, sizeof a);
     a.struct_size = PJ_SIZE(pj_client_create_args, kv_try_get_user_arg);
+    rt->create_options[0] = 0;
     err = create(&a);
   }
   tpuc_status *s = tpuc_plugin_error(&rt->plugin, err, "PJRT_Client_Create");
+  if (s && rt->has_kv) {
+    char what[320];
+    snprintf(what, sizeof what,
+             "creating process %d of %d's client (options sent: %s) failed; every process of "
+             "the job must create its client, with the same store",
+             rt->process_id, rt->num_processes,
+             rt->create_options[0] ? rt->create_options : "none");
+    s = tpuc_status_wrap(s, what);
+  }
   if (s) return s;
   rt->client = a.client;
   return NULL;
@@ -144,7 +184,37 @@ static int env_int(const char *name, int dflt) {
   return (*end || n <= 0 || n > 4096) ? dflt : (int)n;
 }
 
+static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
+                                   const tpuc_process_options *process, tpuc_runtime **out);
+
 tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime **out) {
+  return runtime_create(opts, NULL, out);
+}
+
+tpuc_status *tpuc_runtime_create_multiprocess(const tpuc_runtime_options *opts,
+                                              const tpuc_process_options *process,
+                                              tpuc_runtime **out) {
+  *out = NULL;
+  if (!process)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "tpuc_runtime_create_multiprocess: no process options given");
+  if (process->num_processes < 1 || process->process_id < 0 ||
+      process->process_id >= process->num_processes)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "tpuc_runtime_create_multiprocess: process %d of %d is not a "
+                            "process of the job (0 <= process_id < num_processes)",
+                            process->process_id, process->num_processes);
+  if (process->num_processes > 1 &&
+      (!process->kv_store || !process->kv_store->get || !process->kv_store->put))
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "tpuc_runtime_create_multiprocess: %d processes need a key-value "
+                            "store with get and put",
+                            process->num_processes);
+  return runtime_create(opts, process, out);
+}
+
+static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
+                                   const tpuc_process_options *process, tpuc_runtime **out) {
   *out = NULL;
   const char *path = opts && opts->plugin_path ? opts->plugin_path : getenv("TPUC_PJRT_PLUGIN");
   int cpu_devices = opts && opts->cpu_device_count > 0 ? opts->cpu_device_count
@@ -158,6 +228,15 @@ tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime 
   atomic_init(&rt->executions, 0);
   atomic_init(&rt->donations, 0);
   atomic_init(&rt->live_objects, 0);
+  rt->num_processes = 1;
+  if (process) {
+    rt->process_id = process->process_id;
+    rt->num_processes = process->num_processes;
+    if (process->kv_store) {
+      rt->kv = *process->kv_store;
+      rt->has_kv = true;
+    }
+  }
 
   tpuc_status *s = tpuc_plugin_load(path, &rt->plugin);
   if (!s) s = create_client(rt, cpu_devices);
@@ -312,4 +391,32 @@ void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out) {
   out->load_seconds = rt->load_seconds;
   out->donations = atomic_load(&rt->donations);
   pthread_mutex_unlock(&rt->cache_lock);
+}
+
+void tpuc_process_info_get(tpuc_runtime *rt, tpuc_process_info *out) {
+  memset(out, 0, sizeof *out);
+  out->process_index = -1;
+  out->global_device_count = -1;
+  out->device_count = rt->device_count;
+  out->num_processes = rt->num_processes;
+  out->kv_store = rt->has_kv;
+  out->create_options = rt->create_options;
+  pj_generic_fn idx = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_CLIENT_PROCESS_INDEX);
+  if (idx) {
+    pj_client_process_index_args a = {0};
+    a.struct_size = PJ_SIZE(pj_client_process_index_args, process_index);
+    a.client = rt->client;
+    tpuc_status *s = tpuc_plugin_error(&rt->plugin, idx(&a), NULL);
+    if (!s) out->process_index = a.process_index;
+    tpuc_status_destroy(s);
+  }
+  pj_generic_fn devs = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_CLIENT_DEVICES);
+  if (devs) {
+    pj_client_devices_args a = {0};
+    a.struct_size = PJ_SIZE(pj_client_devices_args, num_devices);
+    a.client = rt->client;
+    tpuc_status *s = tpuc_plugin_error(&rt->plugin, devs(&a), NULL);
+    if (!s) out->global_device_count = (int)a.num_devices;
+    tpuc_status_destroy(s);
+  }
 }

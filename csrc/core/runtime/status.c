@@ -48,6 +48,10 @@ tpuc_status *tpuc_status_wrap(tpuc_status *s, const char *what) {
   return s;
 }
 
+tpuc_status *tpuc_status_create(tpuc_code code, const char *message) {
+  return tpuc_status_make(code == TPUC_OK ? TPUC_ERR_INTERNAL : code, "%s", message ? message : "");
+}
+
 tpuc_code tpuc_status_code(const tpuc_status *s) { return s ? s->code : TPUC_OK; }
 
 const char *tpuc_status_message(const tpuc_status *s) { return s ? s->message : ""; }

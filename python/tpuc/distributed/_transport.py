@@ -23,6 +23,8 @@ that returns has launched gloo's work; gloo runs it on its own threads.
 """
 from __future__ import annotations
 
+import os
+import warnings
 from datetime import timedelta
 from typing import Callable, Protocol
 
@@ -374,15 +376,35 @@ class HostTransport:
             pass
 
 
-def select_transport(store: dist.Store, rank: int, size: int, timeout: timedelta) -> Transport:
-    """The transport for one process group.
+_warned_device = False
 
-    The device transport plugs in here once the loaded plugin can run a
-    collective across the participating processes (a multi-process PJRT client:
-    libtpu, the CUDA plugin). The XLA CPU plugin cannot across processes, so on
-    it — and until the C core's cross-process client exists — it is the host.
-    The device programs themselves exist for the devices of one process
-    (``tpuc.distributed._device_path``, docs/collectives.md); a device
-    transport is that module's calls behind the methods above.
+
+def _platform() -> str:
+    try:
+        from tpuc import _C  # type: ignore[attr-defined]
+
+        return str(_C._runtime_info()["platform_name"])
+    except Exception:  # noqa: BLE001 - no runtime: the host transport still works
+        return "unknown"
+
+
+def select_transport(store: dist.Store, rank: int, size: int, timeout: timedelta) -> Transport:
+    """The transport for one process group, as ``_topology.choose_transport``
+    decides it for the loaded plugin (``tpuc info`` shows the same answer).
+
+    The device transport plugs in here once tpu_dist runs its collectives on a
+    multi-process client (``tpuc_runtime_create_multiprocess``: libtpu, the
+    CUDA plugin). The XLA CPU plugin cannot run a collective across processes,
+    so on it the transport is the host. ``TPUC_DIST_DEVICE=1`` asks for the
+    device transport: where it cannot be had, the first group says why, once.
     """
+    global _warned_device
+    from ._topology import DEVICE, choose_transport
+
+    name, why = choose_transport(_platform())
+    if name != DEVICE and os.environ.get("TPUC_DIST_DEVICE", "").strip() == "1" \
+            and not _warned_device:
+        _warned_device = True
+        warnings.warn(f"tpu_dist: TPUC_DIST_DEVICE=1, but collectives use the host transport: "
+                      f"{why}", stacklevel=3)
     return HostTransport(store, rank, size, timeout)
