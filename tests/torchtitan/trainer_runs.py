@@ -80,7 +80,10 @@ class Runner:
         return self.seed / "step-0"
 
     def run(self, nproc: int, *extra: str, device: str = "tpu", dtype: str = "float32",
-            checkpoint_folder: Path | None = None, load_seed: bool = True) -> list[dict]:
+            checkpoint_folder: Path | None = None, load_seed: bool = True,
+            subcommand: str | None = None) -> list[dict]:
+        """``subcommand``: a TorchTitan (tyro) subcommand such as ``activation-checkpoint:full``,
+        placed after every flag (tyro reads the flags after it as the subcommand's own)."""
         self._n += 1
         name = f"{self.recipe}-{device}-{dtype}-{nproc}p-{self._n}"
         record = self.root / f"{name}.jsonl"
@@ -92,5 +95,7 @@ class Runner:
             args += ["--checkpoint.initial_load_path", str(self.ensure_seed())]
         if dtype != "float32":
             args.append(f"--tpuc.dtype={dtype}")
+        if subcommand is not None:
+            args.append(subcommand)
         launch(nproc, args, self.root, self.root / f"{name}.log")
         return [json.loads(line) for line in record.read_text().splitlines()]
