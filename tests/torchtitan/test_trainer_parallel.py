@@ -137,3 +137,26 @@ def test_bf16_mixed_precision_matches_cpu(root):
     _, cpu32 = cpu_references(runner, 1, ONE)
     assert any(abs(a["loss"] - b["loss"]) > 64 * EPS32 * abs(b["loss"]) for a, b in zip(cpu, cpu32))
     check_steady_state(dev)
+
+
+def test_attention_swap_keeps_the_tp_sharding_config():
+    """Under TP, TorchTitan gives each FlexAttention a sharding_config whose local_map hands
+    the kernel local q/k/v; the swap must keep it (a plain replacement is skipped by
+    Module.parallelize and SDPA then fails on DTensor inputs, test_tp2/fsdp_x_tp above)."""
+    import torch
+    from torchtitan.models.llama3 import model_registry
+    from torchtitan.models.llama3.sharding import set_llama3_sharding_config
+    from torchtitan.protocols.module import Module
+
+    from tpuc.integrations.torchtitan import swaps
+
+    cfg = model_registry("debugmodel").model
+    set_llama3_sharding_config(cfg, enable_sp=True)
+    with torch.device("meta"):
+        model = cfg.build()
+    before = [m._sharding_config for m in model.modules() if type(m).__name__ == "FlexAttention"]
+    assert before and all(c is not None for c in before)
+    assert swaps.swap_attention_modules(model) == len(before)
+    after = [m for m in model.modules() if isinstance(m, swaps.DeviceAttention)]
+    assert all(isinstance(m, Module) for m in after)
+    assert [m._sharding_config for m in after] == before
