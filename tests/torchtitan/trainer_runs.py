@@ -7,6 +7,7 @@ so "tpu" and the CPU train the same initial weights on the same data.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from tpuc.integrations.torchtitan.assets import ensure_assets
 
+_RUN_IDS = itertools.count(1)
 TIMEOUT_S = int(os.environ.get("TPUC_TITAN_RUN_TIMEOUT", "900"))
 
 RECIPES = {
@@ -80,10 +82,16 @@ class Runner:
         return self.seed / "step-0"
 
     def run(self, nproc: int, *extra: str, device: str = "tpu", dtype: str = "float32",
-            checkpoint_folder: Path | None = None, load_seed: bool = True) -> list[dict]:
-        self._n += 1
+            checkpoint_folder: Path | None = None, load_seed: bool = True,
+            subcommand: str | None = None) -> list[dict]:
+        """``subcommand``: a TorchTitan (tyro) subcommand such as ``activation-checkpoint:full``,
+        placed after every flag (tyro reads the flags after it as the subcommand's own)."""
+        # numbered per process, not per Runner: two Runners under one root must never share a
+        # record (appended to) or a checkpoint folder (TorchTitan would resume from it)
+        self._n = next(_RUN_IDS)
         name = f"{self.recipe}-{device}-{dtype}-{nproc}p-{self._n}"
         record = self.root / f"{name}.jsonl"
+        record.unlink(missing_ok=True)
         ck = checkpoint_folder or (self.root / f"{name}-ck")
         args = [*self.common, "--checkpoint.enable", "--checkpoint.folder", str(ck),
                 "--dump_folder", str(self.root / f"{name}-dump"),
@@ -92,5 +100,7 @@ class Runner:
             args += ["--checkpoint.initial_load_path", str(self.ensure_seed())]
         if dtype != "float32":
             args.append(f"--tpuc.dtype={dtype}")
+        if subcommand is not None:
+            args.append(subcommand)
         launch(nproc, args, self.root, self.root / f"{name}.log")
         return [json.loads(line) for line in record.read_text().splitlines()]

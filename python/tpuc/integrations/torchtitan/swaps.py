@@ -110,14 +110,36 @@ class DeviceAttention(torch.nn.Module):
         return out.transpose(1, 2)
 
 
+@functools.lru_cache(maxsize=None)
+def _sharded_attention_class() -> type:
+    """DeviceAttention as a TorchTitan ``Module``, so ``Module.parallelize`` applies the
+    replaced FlexAttention's ``sharding_config`` to it: under TP its q/k/v arrive as DTensors
+    sharded on heads and TorchTitan's ``local_map`` (set_gqa_inner_attention_local_map) hands
+    the kernel local tensors (a plain nn.Module is skipped and SDPA gets DTensor q/k/v with a
+    plain mask: "got mixed torch.Tensor and DTensor")."""
+    from torchtitan.protocols.module import Module
+
+    class ShardedDeviceAttention(DeviceAttention, Module):
+        pass
+
+    return ShardedDeviceAttention
+
+
 def swap_attention_modules(model: torch.nn.Module) -> int:
-    """Replaces every FlexAttention module of ``model`` by DeviceAttention; returns how many."""
+    """Replaces every FlexAttention module of ``model`` by DeviceAttention; returns how many.
+    A module with a TorchTitan ``sharding_config`` (TP) keeps it on its replacement."""
     FlexAttention = _flex_classes()
     n = 0
     for name, mod in list(model.named_modules()):
         for cname, child in list(mod.named_children()):
             if isinstance(child, FlexAttention):
-                setattr(mod, cname, DeviceAttention())
+                sharding = getattr(child, "_sharding_config", None)
+                if sharding is None:
+                    new: torch.nn.Module = DeviceAttention()
+                else:
+                    new = _sharded_attention_class()()
+                    new._sharding_config = sharding
+                setattr(mod, cname, new)
                 n += 1
     return n
 

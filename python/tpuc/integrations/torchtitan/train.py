@@ -11,7 +11,8 @@ from ``sys.argv`` and calls ``torchtitan.train.main()`` unchanged. Its flags:
 - ``--tpuc.device=cpu``: the same recipe and swaps on the CPU with gloo (:mod:`.reference`);
 - ``--tpuc.dtype=float64``: with ``--tpuc.device=cpu``, a float64 reference run;
 - ``--tpuc.record=PATH``: rank 0 appends one JSON line per logged step (step, loss, grad
-  norm, and on "tpu" the cumulative compile and fallback counts of ``torch.tpu.stats()``).
+  norm, and on "tpu" the cumulative compile and fallback counts of ``torch.tpu.stats()`` and
+  the number of graphs Dynamo compiled).
 """
 from __future__ import annotations
 
@@ -60,6 +61,10 @@ def _record_steps(path: str, device: str) -> None:
             s = torch.tpu.stats()
             row["compiles"] = int(s["compiles"])
             row["fallbacks"] = {k: int(v) for k, v in s["fallbacks"].items()}
+            # graphs Dynamo compiled so far (--compile.enable): zero new ones in steady state
+            from torch._dynamo.utils import counters
+
+            row["dynamo_graphs"] = int(counters["stats"]["unique_graphs"])
         if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
             with open(path, "a") as f:
                 f.write(json.dumps(row) + "\n")
