@@ -143,22 +143,40 @@ def test_bad_request_gets_4xx_and_server_keeps_serving(server, bad):
 
 
 def test_compiles_stop_growing_under_steady_stream(server):
-    # a steady stream: the same cycle of requests, one at a time, so the scheduler forms the
-    # same batches each cycle (concurrent arrivals batch differently each time; see
-    # docs/serving.md "Shapes and compiles" for what that costs)
-    prompts = _prompts()[:6]
+    # a steady stream of concurrent clients: the batches the scheduler forms depend on arrival
+    # times, so (requests, tokens) differ from cycle to cycle; with every step shape bucketed
+    # (docs/serving.md "Shapes and compiles") a step whose bucket key (token bucket, request
+    # bucket, context bucket) was already seen compiles nothing
+    prompts = [p + [11] * (i % 7) for i, p in enumerate(_prompts()[:12])]
 
-    def cycle():
-        for p in prompts:
-            code, r = _complete(server, p, max_tokens=6)
-            assert code == 200, r
+    def cycle(n_clients):
+        with ThreadPoolExecutor(n_clients) as ex:
+            got = list(ex.map(lambda p: _complete(server, p, max_tokens=3 + len(p) % 4), prompts))
+        assert all(code == 200 for code, _ in got), got
 
-    cycle()
-    before = _stats(server)
-    for _ in range(2):
-        cycle()
-    after = _stats(server)
-    assert after["cache_misses"] == before["cache_misses"], after["recompile_reasons"][-8:]
+    def steps():
+        code, r = _post(server + "/collective_rpc", {"method": "tpu_step_shapes"})
+        assert code == 200, r
+        return r["results"][0]
+
+    for n in (1, 4, 12):  # warm-up
+        cycle(n)
+    seen = {tuple(s[2:5]) for s in steps()}
+    n0, before = len(steps()), _stats(server)
+    for n in (3, 12, 5, 8):
+        cycle(n)
+    after, measured = _stats(server), steps()[n0:]
+    new_key_compiles = 0
+    for s in measured:
+        key = tuple(s[2:5])
+        if key in seen:
+            assert s[5] == 0, (s, "a step on already-compiled buckets compiled")
+        else:
+            new_key_compiles += s[5]
+            seen.add(key)
+    # every compile happened inside a step, on a new bucket key
+    assert after["compiles"] - before["compiles"] == new_key_compiles, after["recompile_reasons"][-8:]
+    assert len({(s[0], s[1]) for s in measured}) > 1  # the batches did vary
     assert after["executions"] > before["executions"]  # it did run programs
     assert after["fallbacks"] == {}
 

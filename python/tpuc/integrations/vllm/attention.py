@@ -35,6 +35,7 @@ from vllm.v1.attention.backend import (
     CommonAttentionMetadata,
 )
 
+from . import buckets
 from .buckets import bucket
 
 
@@ -78,7 +79,17 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = int(kv_cache_spec.block_size)
         self.max_tokens = int(vllm_config.scheduler_config.max_num_batched_tokens)
+        self.token_buckets = buckets.sizes(self.max_tokens, buckets.MIN_BUCKET,
+                                           buckets.TOKEN_BUCKETS_ENV)  # the runner's
         self._init_reorder_batch_threshold(None)
+        self._host_block_table: np.ndarray | None = None
+        self.last_context = 0  # the context bucket of the last step (the runner's step log)
+
+    def set_host_block_table(self, table: np.ndarray) -> None:
+        """The host copy of this group's block table, set by the model runner each step
+        (``TpuModelRunner._prepare_inputs``): the context slots are then gathered on the host,
+        so no device program depends on the step's request count."""
+        self._host_block_table = table
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> TpuAttentionMetadata:
@@ -86,7 +97,7 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         n_reqs, n_tok = int(m.num_reqs), int(m.num_actual_tokens)
         qsl = m.query_start_loc_cpu[: n_reqs + 1].numpy().astype(np.int64)
         seq_lens = _seq_lens_cpu(m, n_reqs)
-        t_pad = bucket(n_tok, self.max_tokens)
+        t_pad = buckets.pad_to(n_tok, self.token_buckets)
         bs = self.block_size
         width = m.block_table_tensor.shape[1]
         longest = int(seq_lens.max()) if n_reqs else 1
@@ -99,14 +110,22 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         req[:n_tok] = np.repeat(np.arange(n_reqs), q_lens)
         offs = np.arange(n_tok) - np.repeat(qsl[:-1], q_lens)
         pos[:n_tok] = np.repeat(seq_lens - q_lens, q_lens) + offs
+        self.last_context = ctx
         dev = self.device
-        req_d = torch.from_numpy(req).to(dev)
         pos_d = torch.from_numpy(pos).to(dev)
-        # device: the slots of each token's context, from the block table already there
         nblk = ctx // bs
-        blocks = m.block_table_tensor[:, :nblk].to(torch.int64).index_select(0, req_d)
-        within = torch.arange(bs, device=dev, dtype=torch.int64)
-        slots = (blocks.unsqueeze(-1) * bs + within).reshape(t_pad, ctx)
+        host_bt, self._host_block_table = self._host_block_table, None
+        if host_bt is not None:
+            # host: the slots of each token's context (shape [tokens bucket, context bucket])
+            blocks = host_bt[req, :nblk].astype(np.int64)
+            slots_np = (blocks[:, :, None] * bs + np.arange(bs, dtype=np.int64)).reshape(t_pad, ctx)
+            slots = torch.from_numpy(slots_np).to(dev)
+        else:
+            # device: from the block table already there (vLLM's own input path)
+            req_d = torch.from_numpy(req).to(dev)
+            blocks = m.block_table_tensor[:, :nblk].to(torch.int64).index_select(0, req_d)
+            within = torch.arange(bs, device=dev, dtype=torch.int64)
+            slots = (blocks.unsqueeze(-1) * bs + within).reshape(t_pad, ctx)
         j = torch.arange(ctx, device=dev, dtype=torch.int64)
         mask = (j.unsqueeze(0) <= pos_d.unsqueeze(1)).reshape(t_pad, 1, 1, ctx)
         return TpuAttentionMetadata(n_tok, pos_d, slots, mask)

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# The c10d backend for tensor/pipeline parallel groups. "gloo" until tpuc's "tpu_dist"
-# backend lands; then this one line becomes "tpu_dist" (only world size 1 is supported today).
-DIST_BACKEND = "gloo"
+# The c10d backend of vLLM's device process groups: tpuc's "tpu_dist" (vLLM keeps "gloo" for
+# its CPU groups). Only world size 1 (one device per engine) is tested today.
+DIST_BACKEND = "tpu_dist"
 
 ATTENTION_BACKEND = "tpuc.integrations.vllm.attention.TpuAttentionBackend"
 WORKER = "tpuc.integrations.vllm.worker.TpuWorker"

@@ -103,6 +103,16 @@ class TpuWorker(Worker):
             state.update(load_file(f))
         return self.update_weights_from_state_dict(state)
 
+    def tpu_step_shapes(self) -> list[tuple[int, ...]]:
+        """The model runner's recent steps: (requests, tokens, token bucket, request bucket,
+        context bucket, programs compiled during the step)."""
+        return list(self.model_runner.step_shapes)
+
+    def tpu_buckets(self) -> dict[str, list[int]]:
+        """The shape buckets in use (docs/serving.md "Shapes and compiles")."""
+        return {"tokens": list(self.model_runner.token_buckets),
+                "requests": list(self.model_runner.request_buckets)}
+
     def tpu_stats(self) -> dict[str, Any]:
         """tpuc's counters in the worker's process (compiles, fallbacks, ...)."""
         s = torch.tpu.stats()
