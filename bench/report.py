@@ -271,15 +271,16 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L.append("")
         if r.get("memory_rows"):
             L += [f"Peak device memory ({r.get('memory_model')} model):", "",
-                  "| contender | activation checkpointing | peak MB | step s |",
-                  "|---|---|---|---|"]
-            L += [f"| {row['contender']} | {'yes' if row['ac'] else 'no'} | "
+                  "| model | contender | activation checkpointing | peak MB | step s |",
+                  "|---|---|---|---|---|"]
+            L += [f"| {row.get('model', '')} | {row['contender']} | {'yes' if row['ac'] else 'no'} | "
                   + (f"error: {row['error'][:80]} | |" if "error" in row else
                      f"{row['peak_bytes'] / 1e6:.1f} | {_fmt(row['step_s'])} |")
                   for row in r["memory_rows"]]
             L.append("")
         if r.get("copy_rows"):
-            L += [f"Parameter copies in the compiled step's optimized programs ({r.get('memory_model')} "
+            L += [f"Parameter copies in the compiled step's optimized programs "
+                  f"({r.get('copy_model', r.get('memory_model'))} "
                   "model; XLA's dump, tpuc._xla_dump): a copy means XLA could not order a read "
                   "of a donated buffer before its in-place update.", "",
                   "| mode | parameters | programs donating | donated arguments | copies of donated arguments |",

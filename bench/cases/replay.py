@@ -17,15 +17,23 @@ COMMAND = "make bench BENCH_CASES=replay"
 def _configs(quick: bool) -> dict:
     from llama import LlamaConfig
 
-    if quick:
-        return {"tiny": LlamaConfig(vocab_size=256, dim=64, n_layers=2, n_heads=4,
-                                    hidden_dim=176, max_seq_len=32)}
+    five = LlamaConfig(vocab_size=256, dim=256, n_layers=6, n_heads=8, hidden_dim=688,
+                       max_seq_len=128)
+    if quick:  # seconds: compiling the 5M step's programs in every mode takes minutes
+        return {"tiny": _tiny()}
     return {
-        "5M": LlamaConfig(vocab_size=256, dim=256, n_layers=6, n_heads=8, hidden_dim=688,
-                          max_seq_len=128),
+        "5M": five,
         "50M": LlamaConfig(vocab_size=256, dim=640, n_layers=10, n_heads=10, hidden_dim=1712,
                            max_seq_len=128),
     }
+
+
+def _tiny():
+    """The quick mode's model (and its copy counts': two fresh compiles per mode)."""
+    from llama import LlamaConfig
+
+    return LlamaConfig(vocab_size=256, dim=64, n_layers=2, n_heads=4, hidden_dim=176,
+                       max_seq_len=32)
 
 
 def _checkpointed(model: torch.nn.Module) -> torch.nn.Module:
@@ -104,12 +112,14 @@ def _med(xs: list[float]) -> dict:
 
 def _speed_rows(quick: bool) -> list[dict]:
     batch, seq = (4, 32) if quick else (8, 128)
-    steps, warmup = (3, 3) if quick else (7, 3)
-    names = ["cpu eager"]
+    steps, warmup = (2, 2) if quick else (7, 3)
+    names = ["cpu eager", "tpu strict"]
     if fused_available():
         names.append("tpu fused")
     if compiled_available():
-        names += ["tpu compiled, join", "tpu compiled, record", "tpu compiled, replay"]
+        names += ["tpu compiled, join", "tpu compiled, replay"]
+        if not quick:
+            names.insert(-1, "tpu compiled, record")
     rows = []
     for size, cfg in _configs(quick).items():
         cs = [_Contender(cfg, n, batch, seq) for n in names]
@@ -201,20 +211,22 @@ def run(quick: bool) -> dict:
                 "notes": "tpu unavailable on this install"}
     rows = _speed_rows(quick)
     batch, seq = (4, 32) if quick else (8, 128)
-    cfg = next(iter(_configs(quick).values()))
     names = ["tpu strict"]
     if fused_available():
         names.append("tpu fused")
     if compiled_available():
         names += ["tpu compiled, join", "tpu compiled, replay"]
     mem = []
-    for ac in (False, True):
-        for n in names:
-            try:
-                mem.append(_peak(cfg, n, ac, batch, seq))
-            except Exception as e:  # reported, not hidden
-                mem.append({"contender": n, "ac": ac, "error": f"{type(e).__name__}: {e}"[:200]})
-    copies = _copy_rows(cfg, batch, seq)
+    for size, cfg in _configs(quick).items():
+        for ac in (False, True):
+            for n in names:
+                try:
+                    row = _peak(cfg, n, ac, batch, seq)
+                except Exception as e:  # reported, not hidden
+                    row = {"contender": n, "ac": ac, "error": f"{type(e).__name__}: {e}"[:200]}
+                row["model"] = size
+                mem.append(row)
+    copies = _copy_rows(_tiny(), 4, 32) if quick else _copy_rows(_configs(False)["5M"], batch, seq)
     return {
         "title": "Replay: the compiled step launched without recording its ops",
         "copy_rows": copies,
@@ -222,7 +234,9 @@ def run(quick: bool) -> dict:
         "batch": batch, "seq": seq,
         "rows": rows,
         "memory_rows": mem,
-        "memory_model": next(iter(_configs(quick))),
+        "memory_model": ", ".join(_configs(quick)),
+        "copy_model": "tiny (dim 64, 2 layers, 4 x 32 tokens)" if quick else "5M",
+        "quick": quick,
         "notes": "Example model, AdamW (capturable for the compiled step), float32. Host µs = "
                  "time from calling the step until its programs are launched (the step "
                  "returns, then the deferred ops are flushed); step s = until loss.item() "

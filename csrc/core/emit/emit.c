@@ -9,11 +9,14 @@
 #include <string.h>
 
 #include "../ir/ir_internal.h"
+#include "order.h"
 
 typedef struct {
   char *s;
   size_t len, cap;
   bool oom;
+  const ir_order *ord; /* ordering dependencies (order.c), or NULL */
+  tv cur;              /* the node whose operands are being printed, or -1 */
 } sb;
 
 static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -55,6 +58,11 @@ static void put_scalar_type(sb *b, tpuc_dtype d) { sb_printf(b, "tensor<%s>", tp
 
 static void put_name(sb *b, const ir_graph *g, tv v) {
   const ir_node *n = &g->nodes[v];
+  int k = b->ord && b->ord->gate && b->cur >= 0 ? b->ord->gate[b->cur] : -1;
+  if (k >= 0 && b->ord->via[k] == v) { /* read after the dependency's tokens */
+    sb_printf(b, "%%o%d", k);
+    return;
+  }
   if (n->kind == N_GET) sb_printf(b, "%%v%d#%lld", n->ops[0], (long long)n->i);
   else sb_printf(b, "%%v%d", v);
 }
@@ -655,13 +663,50 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
   put_signature(b, g, n);
 }
 
+/* Dependency k (order.c): %ok, via[k]'s value computed after its tokens. */
+static void emit_dep(sb *b, const ir_graph *g, int k) {
+  char *text = ir_order_text(g, b->ord, k);
+  if (!text) b->oom = true;
+  else sb_printf(b, "%s", text);
+  free(text);
+}
+
+/* The nodes in order; a dependency's deferred nodes right after it. */
+static void emit_nodes(sb *b, const ir_graph *g) {
+  const ir_order *o = b->ord;
+  for (int v = 0; v < g->n; v++) {
+    int k = o && o->gate ? o->gate[v] : -1;
+    if (k < 0 || v > o->pos[k]) {
+      b->cur = v;
+      emit_node(b, g, v);
+    }
+    for (int j = 0; o && j < o->nbar; j++) {
+      if (o->pos[j] != v) continue;
+      emit_dep(b, g, j);
+      for (int w = 0; w <= v; w++)
+        if (o->gate[w] == j) {
+          b->cur = w;
+          emit_node(b, g, w);
+        }
+    }
+  }
+  b->cur = -1;
+}
+
 char *ir_emit(ir_graph *g, const char *name, size_t *len) {
   if (g->error) return NULL;
   if (g->nout == 0) {
     ir_fail(g, "IR: the graph has no output");
     return NULL;
   }
+  ir_order ord;
+  if (!ir_order_plan(g, &ord)) {
+    ir_fail(g, "out of host memory while ordering in-place updates");
+    return NULL;
+  }
   sb b = {0};
+  b.cur = -1;
+  b.ord = &ord;
   sb_printf(&b, "module @%s {\n  func.func public @main(", name ? name : "tpuc");
   int k = 0;
   for (int v = 0; v < g->n; v++)
@@ -677,7 +722,7 @@ char *ir_emit(ir_graph *g, const char *name, size_t *len) {
     put_type(&b, &g->nodes[g->outputs[i]].type);
   }
   sb_printf(&b, ") {\n");
-  for (int v = 0; v < g->n; v++) emit_node(&b, g, v);
+  emit_nodes(&b, g);
   sb_printf(&b, "    \"func.return\"(");
   for (int i = 0; i < g->nout; i++) {
     if (i) sb_printf(&b, ", ");
@@ -689,6 +734,7 @@ char *ir_emit(ir_graph *g, const char *name, size_t *len) {
     put_type(&b, &g->nodes[g->outputs[i]].type);
   }
   sb_printf(&b, ") -> ()\n  }\n}\n");
+  ir_order_free(&ord);
   if (b.oom) {
     free(b.s);
     ir_fail(g, "out of host memory while emitting StableHLO");
