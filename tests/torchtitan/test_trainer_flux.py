@@ -13,22 +13,60 @@ a float64 CPU run as the reference, "tpu"'s loss within 4x the CPU float32 run's
 float32 roundings; steady state (after step 2) without compiles or new CPU fallbacks. FLUX draws
 its noise and timesteps on the device in every step, so the "tpu" run takes those draws from the
 CPU's generator (``--tpuc.cpu_rng=1``, tpuc.integrations.torchtitan.flux) and both sides train on
-the same noise. About 4 launches of a 258M-parameter model: ``make test-titan-long`` only.
+the same noise. About 4 launches of a 258M-parameter model: ``make test-titan-long`` only; the
+CPU-stream mode and the autoencoder load shim are checked in ``make test``.
 """
 from __future__ import annotations
 
 import os
 
 import pytest
+import torch
 
 from test_trainer import check_against_reference, check_steady_state
 from trainer_runs import RECIPES, Runner
 
+from tpuc.integrations.torchtitan import flux
 from tpuc.integrations.torchtitan.assets import ensure_flux_assets
 
-if os.environ.get("TPUC_TITAN_LONG") != "1":
-    pytest.skip("four launches of flux-debug (258M parameters), several minutes: "
-                "`make test-titan-long` (TPUC_TITAN_LONG=1)", allow_module_level=True)
+LONG = os.environ.get("TPUC_TITAN_LONG") == "1"
+
+
+def _draws(device: str) -> list[torch.Tensor]:
+    """What FLUX's step draws: noise like the latents, timesteps under torch.device, an
+    in-place init; then a plain CPU draw, to check the CPU stream advanced identically."""
+    torch.manual_seed(7)
+    lat = torch.zeros(2, 16, 4, 4, device=device)
+    noise = torch.randn_like(lat)
+    with torch.device(device):
+        t = torch.rand((2,))
+    w = torch.empty(3, 5, device=device).uniform_(-0.5, 0.5)
+    g = torch.empty(4, device=device).normal_(0.0, 2.0)
+    return [x.cpu() for x in (noise, t, w, g)] + [torch.randn(3)]
+
+
+def test_cpu_random_stream_gives_the_cpu_draws_on_tpu():
+    ref = _draws("cpu")
+    mode = flux.CpuRandomStream()
+    with mode:
+        got = _draws("tpu")
+        assert torch.randn_like(torch.zeros(2, device="tpu")).device.type == "tpu"
+    for r, g in zip(ref, got):
+        assert torch.equal(r, g)
+    # outside the mode "tpu" draws from its own generator (not the CPU's values)
+    torch.manual_seed(7)
+    assert not torch.equal(torch.randn(2, 16, 4, 4, device="tpu").cpu(), ref[0])
+
+
+def test_autoencoder_load_accepts_cpu_with_an_index(tmp_path):
+    pytest.importorskip("torchtitan")
+    from safetensors.torch import save_file
+    from torchtitan.models.flux.model import autoencoder
+
+    save_file({"w": torch.arange(6.0)}, str(tmp_path / "x.safetensors"))
+    flux.apply_load_shim()
+    sd = autoencoder.load_sft(str(tmp_path / "x.safetensors"), device="cpu:0")
+    assert torch.equal(sd["w"], torch.arange(6.0))
 
 
 class FluxRunner(Runner):
@@ -50,6 +88,8 @@ class FluxRunner(Runner):
         ]
 
 
+@pytest.mark.skipif(not LONG, reason="four launches of flux-debug (258M parameters), several "
+                    "minutes: `make test-titan-long` (TPUC_TITAN_LONG=1)")
 def test_flux_stock_trainer_loss_matches_cpu(tmp_path):
     runner = FluxRunner(tmp_path)
     layout = ["--parallelism.data_parallel_shard_degree", "1"]
