@@ -33,8 +33,9 @@ LONG = os.environ.get("TPUC_TITAN_LONG") == "1"
 
 
 def _draws(device: str) -> list[torch.Tensor]:
-    """What FLUX's step draws: noise like the latents, timesteps under torch.device, an
-    in-place init; then a plain CPU draw, to check the CPU stream advanced identically."""
+    """What FLUX's trainer draws after it reseeds: an init function (the autoencoder's
+    convolutions), in-place draws, noise like the latents, timesteps under torch.device;
+    then a plain CPU draw, to check the CPU stream advanced identically."""
     torch.manual_seed(7)
     lat = torch.zeros(2, 16, 4, 4, device=device)
     noise = torch.randn_like(lat)
@@ -42,7 +43,8 @@ def _draws(device: str) -> list[torch.Tensor]:
         t = torch.rand((2,))
     w = torch.empty(3, 5, device=device).uniform_(-0.5, 0.5)
     g = torch.empty(4, device=device).normal_(0.0, 2.0)
-    return [x.cpu() for x in (noise, t, w, g)] + [torch.randn(3)]
+    k = torch.nn.init.kaiming_uniform_(torch.empty(6, 3, device=device))  # a module's init
+    return [x.cpu() for x in (noise, t, w, g, k)] + [torch.randn(3)]
 
 
 def test_cpu_random_stream_gives_the_cpu_draws_on_tpu():

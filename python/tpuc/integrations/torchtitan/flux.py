@@ -45,6 +45,10 @@ _FACTORY = {torch.randn, torch.rand}
 _INPLACE = {torch.Tensor.uniform_, torch.Tensor.normal_}
 
 
+def _plain_on_device(t: Any) -> bool:
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "cpu"
+
+
 def _on_device(dev: Any) -> bool:
     return dev is not None and torch.device(dev).type != "cpu"
 
@@ -55,6 +59,15 @@ class CpuRandomStream(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = dict(kwargs or {})
         if kwargs.get("generator") is None:
+            if getattr(func, "__module__", None) == "torch.nn.init" and args and _plain_on_device(args[0]):
+                # an init function (kaiming_uniform_, ...): its own uniform_/normal_ would run
+                # inside this handler, where the mode is off, and draw from the device generator
+                t = args[0]
+                tmp = t.detach().cpu()
+                func(tmp, *args[1:], **kwargs)
+                with torch.no_grad():
+                    t.copy_(tmp)
+                return t
             if func in _LIKE and isinstance(args[0], torch.Tensor):
                 src = args[0]
                 dev = kwargs.pop("device", None) or src.device
