@@ -59,12 +59,16 @@ class CpuRandomStream(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = dict(kwargs or {})
         if kwargs.get("generator") is None:
-            if getattr(func, "__module__", None) == "torch.nn.init" and args and _plain_on_device(args[0]):
-                # an init function (kaiming_uniform_, ...): its own uniform_/normal_ would run
-                # inside this handler, where the mode is off, and draw from the device generator
-                t = args[0]
+            t = args[0] if args else kwargs.get("tensor")
+            if getattr(func, "__module__", None) == "torch.nn.init" and _plain_on_device(t):
+                # an init function (kaiming_uniform_, ...; it passes its tensor as tensor=): its
+                # own uniform_/normal_ would run inside this handler, where the mode is off, and
+                # draw from the device generator
                 tmp = t.detach().cpu()
-                func(tmp, *args[1:], **kwargs)
+                if args:
+                    func(tmp, *args[1:], **kwargs)
+                else:
+                    func(**{**kwargs, "tensor": tmp})
                 with torch.no_grad():
                     t.copy_(tmp)
                 return t
