@@ -46,15 +46,15 @@ _INPLACE = {torch.Tensor.uniform_, torch.Tensor.normal_}
 
 
 def _plain_on_device(t: Any) -> bool:
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type != "cpu"
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type == "tpu"
 
 
 def _on_device(dev: Any) -> bool:
-    return dev is not None and torch.device(dev).type != "cpu"
+    return dev is not None and torch.device(dev).type == "tpu"
 
 
 class CpuRandomStream(TorchFunctionMode):
-    """Random draws aimed at a non-CPU device are made on the CPU's generator, then copied."""
+    """Random draws aimed at "tpu" are made on the CPU's generator, then copied."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = dict(kwargs or {})
