@@ -47,9 +47,10 @@ token; a second generate() compiles nothing); `accelerate.Accelerator().device` 
 (or torchrun, which it runs) accelerate runs MULTI_CPU over tpuc's `tpu_dist` backend with each process
 on tpu:LOCAL_RANK, and a loop through `accelerator.prepare` (DDP) ends with the parameters of
 one process (tests/models/test_accelerate_multiprocess.py); `transformers.Trainer`
-on tpu:0 with losses matching the CPU's. tests/models/test_diffusers.py (`make models`): a tiny
-`FluxPipeline` (CLIP and T5 text encoders, Flux transformer, VAE) on tpu, image within a bound
-derived from the CPU's own float32 sensitivity.
+on tpu:0 with losses matching the CPU's. tests/models/test_diffusers.py (`make test`): a tiny
+`FluxPipeline` (CLIP and T5 text encoders, Flux transformer, VAE; modules in eval mode) on tpu,
+2 denoising steps at 16x16, no CPU fallback, image error against a float64 CPU run within 4x the
+CPU float32 run's own error + 16 float32 ulps.
 
 Decode speed (bench/cases/decode.py, `python -m bench.run --cases decode`; greedy `generate()`
 of a tiny 2-layer Llama, 32 new tokens, 9 interleaved repeats, medians; run 2026-12-01 13:46

@@ -142,3 +142,20 @@ def test_trainer_loss_matches_cpu(saved, tmp_path) -> None:
         # the logged loss is rounded to 4 significant digits by the Trainer
         bound = 4 * abs(lc - lr) + 1e-3 * abs(lr)
         assert abs(ld - lr) <= bound, (ref, c, d)
+
+
+def test_safetensors_loaded_weights_run_on_device(tmp_path) -> None:
+    """A tensor from load_file(device="tpu") is an ordinary tpu tensor: ops on it are lowered
+    (safetensors 0.8 builds device tensors as a uint8 buffer viewed as the dtype, which every
+    lowering declined, so each op on such a weight ran on the CPU fallback)."""
+    from safetensors.torch import load_file, save_file
+
+    w = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    save_file({"w": w, "b": torch.arange(4, dtype=torch.int64)}, str(tmp_path / "x.safetensors"))
+    sd = load_file(str(tmp_path / "x.safetensors"), device="tpu:0")
+    assert sd["w"].device.type == "tpu" and sd["b"].dtype == torch.int64
+    before = dict(torch.tpu.stats()["fallbacks"])
+    y = (sd["w"] * 2 + 1).sum(0).cpu()
+    assert dict(torch.tpu.stats()["fallbacks"]) == before
+    assert torch.equal(y, (w * 2 + 1).sum(0))
+    assert torch.equal(sd["b"].cpu(), torch.arange(4))

@@ -25,6 +25,7 @@ RECIPES = {
     "llama3": ["--module", "llama3", "--config", "llama3_debugmodel"],
     "qwen3": ["--module", "qwen3", "--config", "qwen3_debugmodel"],
     "qwen3_moe": ["--module", "qwen3", "--config", "qwen3_moe_debug"],  # the debugmodel_moe flavour
+    "flux": ["--module", "flux", "--config", "flux_debugmodel"],  # flux-debug (test_trainer_flux.py)
 }
 
 

@@ -7,7 +7,12 @@ fail with "device tpu is invalid". An integer index is handed to torch, for
 which it means the current accelerator - "tpu" - so the shim rewrites a tpu
 device ("tpu", "tpu:N", torch.device("tpu", N)) to its index before calling
 safetensors. Applied to `safetensors.safe_open`, `safetensors.torch.safe_open`
-and `safetensors.torch.load_file` when safetensors is imported."""
+and `safetensors.torch.load_file` when safetensors is imported.
+
+`load_file(..., device=<tpu>)` loads on the CPU and moves each tensor with `.to()`:
+safetensors 0.8 builds a device tensor as a uint8 buffer viewed as the stored dtype, and
+tpuc's lowerings decline a float view of a uint8 storage, so every op reading such a weight
+ran on the CPU fallback (a FLUX autoencoder loaded this way: each convolution)."""
 from __future__ import annotations
 
 import functools
@@ -33,12 +38,29 @@ def _index(device: Any) -> Any:
     return device
 
 
+def _is_tpu(device: Any) -> bool:
+    import torch
+
+    try:
+        return isinstance(device, (str, torch.device)) and torch.device(device).type == "tpu"
+    except (RuntimeError, TypeError):
+        return False
+
+
 def _wrap(fn: Any) -> Any:
     if getattr(fn, _PATCHED, False):
         return fn
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if fn.__name__ == "load_file":
+            dev = kwargs.pop("device", args[1] if len(args) >= 2 else "cpu")
+            if _is_tpu(dev):
+                import torch
+
+                target = torch.device("tpu", _index(dev))
+                return {k: v.to(target) for k, v in fn(args[0], device="cpu").items()}
+            return fn(args[0], device=dev)
         if "device" in kwargs:
             kwargs["device"] = _index(kwargs["device"])
         elif fn.__name__ == "safe_open" and len(args) >= 3:

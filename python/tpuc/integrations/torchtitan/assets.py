@@ -11,7 +11,10 @@ downloaded at run time. This module writes, from text it generates itself
 - ``c4_test/data.json``: JSON lines ``{"text": ...}`` that
   ``datasets.load_dataset(<dir>, split="train")`` reads as TorchTitan's c4_test.
 
-    python -m tpuc.integrations.torchtitan.assets OUT_DIR
+    python -m tpuc.integrations.torchtitan.assets [--flux] OUT_DIR
+
+``--flux`` adds FLUX's assets (:func:`ensure_flux_assets`: tiny T5/CLIP encoders, an
+autoencoder file, a synthetic image set).
 """
 from __future__ import annotations
 
@@ -91,10 +94,106 @@ def ensure_assets(root: str) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    flux = "--flux" in argv  # also FLUX's encoders, autoencoder and images
+    argv = [a for a in argv if a != "--flux"]
     if len(argv) != 1:
-        raise SystemExit("usage: python -m tpuc.integrations.torchtitan.assets OUT_DIR")
-    for k, v in ensure_assets(argv[0]).items():
+        raise SystemExit("usage: python -m tpuc.integrations.torchtitan.assets [--flux] OUT_DIR")
+    for k, v in (ensure_flux_assets if flux else ensure_assets)(argv[0]).items():
         print(f"{k}: {v}")
+
+
+
+# ---- FLUX (``--module flux --config flux_debugmodel``) -------------------------------------
+# flux-debug's transformer takes T5 states of width 4096 (context_in_dim) and a CLIP pooled
+# vector of width 768 (vec_in_dim); the encoders below have those widths and nothing else of
+# the real ones (one layer, tiny heads), random weights from a fixed seed. The autoencoder file
+# holds flux-debug's own AutoEncoder (TorchTitan's class) with seeded random weights. Images:
+# a WebDataset tar in cc12m's layout (``NNNNN.jpg`` + ``NNNNN.txt``) that TorchTitan's
+# "cc12m-test" loader reads with ``--dataloader.dataset_path``.
+
+FLUX_VOCAB = 2048  # >= the tokenizer's 2000 ids; the test tokenizer pads with id 0
+
+
+def write_flux_encoders(root: str, seed: int = 0) -> dict[str, str]:
+    """Tiny T5 and CLIP text encoders via ``save_pretrained`` (``from_pretrained`` loads them).
+
+    TorchTitan's FluxEmbedder treats a version whose name contains "clip" as CLIP (its
+    pooler output) and any other as T5 (its last hidden state), so the directories are named
+    ``clip_encoder`` and ``t5_encoder``."""
+    import torch
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    paths = {"t5_encoder": os.path.join(root, "t5_encoder"), "clip_encoder": os.path.join(root, "clip_encoder")}
+    torch.manual_seed(seed)
+    t5 = T5EncoderModel(T5Config(vocab_size=FLUX_VOCAB, d_model=4096, d_kv=8, d_ff=32, num_layers=1,
+                                 num_heads=2, dropout_rate=0.0, pad_token_id=0, eos_token_id=1))
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=FLUX_VOCAB, hidden_size=768, intermediate_size=32,
+                                        num_hidden_layers=1, num_attention_heads=2, projection_dim=768,
+                                        max_position_embeddings=77, bos_token_id=0, eos_token_id=1,
+                                        pad_token_id=0))
+    for name, m in (("t5_encoder", t5), ("clip_encoder", clip)):
+        m.eval().save_pretrained(paths[name])
+    return paths
+
+
+def write_flux_autoencoder(path: str, seed: int = 0) -> str:
+    """flux-debug's AutoEncoder with seeded random weights as one safetensors file."""
+    import torch
+    from safetensors.torch import save_file
+    from torchtitan.models.flux import model_registry
+
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        ae = model_registry("flux-debug").model.autoencoder.build()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    save_file({k: v.contiguous() for k, v in ae.state_dict().items()}, path)
+    return path
+
+
+def write_flux_images(out_dir: str, n: int = 32, size: int = 40, seed: int = 1234) -> str:
+    """``n`` synthetic RGB images (smooth gradients + seeded noise, ``size`` px square, JPEG)
+    with a caption each, as ``cc12m_test/shard-00000.tar``."""
+    import io
+    import tarfile
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    docs = generate_text(n_docs=n, seed=seed)
+    os.makedirs(out_dir, exist_ok=True)
+    yy, xx = np.mgrid[0:size, 0:size] / max(size - 1, 1)
+    with tarfile.open(os.path.join(out_dir, "shard-00000.tar"), "w") as tar:
+        for i in range(n):
+            a, b, c = rng.uniform(0, 1, 3)
+            img = np.stack([a * xx + (1 - a) * yy, b * yy, c * (1 - xx)], axis=-1) * 200
+            img = np.clip(img + rng.normal(0, 20, img.shape), 0, 255).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(img, "RGB").save(buf, format="JPEG", quality=90)
+            caption = " ".join(docs[i].split()[:12]).encode()
+            for ext, data in (("jpg", buf.getvalue()), ("txt", caption)):
+                info = tarfile.TarInfo(f"{i:05d}.{ext}")
+                info.size = len(data)
+                info.mtime = 0
+                tar.addfile(info, io.BytesIO(data))
+    return out_dir
+
+
+def ensure_flux_assets(root: str) -> dict[str, str]:
+    """The text assets (:func:`ensure_assets`) plus FLUX's encoders, autoencoder and images
+    under ``root`` unless they are there; returns every path."""
+    paths = ensure_assets(root)
+    paths.update({"t5_encoder": os.path.join(root, "t5_encoder"),
+                  "clip_encoder": os.path.join(root, "clip_encoder"),
+                  "autoencoder": os.path.join(root, "autoencoder", "ae.safetensors"),
+                  "cc12m_test": os.path.join(root, "cc12m_test")})
+    if not all(os.path.exists(os.path.join(paths[k], "config.json")) for k in ("t5_encoder", "clip_encoder")):
+        write_flux_encoders(root)
+    if not os.path.exists(paths["autoencoder"]):
+        write_flux_autoencoder(paths["autoencoder"])
+    if not os.path.exists(os.path.join(paths["cc12m_test"], "shard-00000.tar")):
+        write_flux_images(paths["cc12m_test"])
+    return paths
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from ``sys.argv`` and calls ``torchtitan.train.main()`` unchanged. Its flags:
 - ``--tpuc.swaps=LIST``: the block swaps (:mod:`.swaps`);
 - ``--tpuc.device=cpu``: the same recipe and swaps on the CPU with gloo (:mod:`.reference`);
 - ``--tpuc.dtype=float64``: with ``--tpuc.device=cpu``, a float64 reference run;
+- ``--tpuc.cpu_rng=1``: on "tpu", random draws come from the CPU generator (:mod:`.flux`; for
+  comparing a recipe that draws noise in its step with the CPU run);
 - ``--tpuc.record=PATH``: rank 0 appends one JSON line per logged step (step, loss, grad
   norm, and on "tpu" the cumulative compile and fallback counts of ``torch.tpu.stats()`` and
   the number of graphs Dynamo compiled).
@@ -20,7 +22,7 @@ import json
 import sys
 from typing import Optional
 
-_FLAGS = ("swaps", "device", "dtype", "record")
+_FLAGS = ("swaps", "device", "dtype", "record", "cpu_rng")
 
 
 def _take_flags(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -107,6 +109,12 @@ def main() -> None:
         raise SystemExit(f"tpuc: --tpuc.device must be tpu or cpu, not {device!r}")
     if "record" in flags:
         _record_steps(flags["record"], device)
+    if any(a == "flux" and rest[i - 1] == "--module" for i, a in enumerate(rest) if i) or "--module=flux" in rest:
+        from . import flux
+
+        flux.apply_load_shim()
+        if flags.get("cpu_rng", "0") not in ("0", "false"):
+            flux.enable_cpu_random_stream()
     from torchtitan.train import main as titan_main
 
     titan_main()

@@ -1,0 +1,103 @@
+"""TorchTitan 0.3.0's FLUX recipe (``--module flux --config flux_debugmodel``) through its stock
+FluxTrainer on "tpu" at one process, against the same recipe on the CPU.
+
+Launched as a user would (``torchrun -m tpuc.integrations.torchtitan.train``), nothing of
+torchtitan edited, offline: tiny T5 and CLIP encoders, the flux-debug autoencoder with seeded
+weights and a synthetic cc12m-layout image set come from
+``tpuc.integrations.torchtitan.assets.ensure_flux_assets``. The transformer is flux-debug as
+TorchTitan defines it (258M parameters); only the run's sizes are small (32 px images, 8 T5
+tokens, batch 2, 3 steps), and validation is off (it samples 48 images).
+
+Same scheme and bound as test_trainer.py: one seed checkpoint written by TorchTitan on the CPU,
+a float64 CPU run as the reference, "tpu"'s loss within 4x the CPU float32 run's error plus 64
+float32 roundings; steady state (after step 2) without compiles or new CPU fallbacks. FLUX draws
+its noise and timesteps on the device in every step, so the "tpu" run takes those draws from the
+CPU's generator (``--tpuc.cpu_rng=1``, tpuc.integrations.torchtitan.flux) and both sides train on
+the same noise. About 4 launches of a 258M-parameter model: ``make test-titan-long`` only; the
+CPU-stream mode and the autoencoder load shim are checked in ``make test``.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from test_trainer import check_against_reference, check_steady_state
+from trainer_runs import RECIPES, Runner
+
+from tpuc.integrations.torchtitan import flux
+from tpuc.integrations.torchtitan.assets import ensure_flux_assets
+
+LONG = os.environ.get("TPUC_TITAN_LONG") == "1"
+
+
+def _draws(device: str) -> list[torch.Tensor]:
+    """What FLUX's trainer draws after it reseeds: an init function (the autoencoder's
+    convolutions), in-place draws, noise like the latents, timesteps under torch.device;
+    then a plain CPU draw, to check the CPU stream advanced identically."""
+    torch.manual_seed(7)
+    lat = torch.zeros(2, 16, 4, 4, device=device)
+    noise = torch.randn_like(lat)
+    with torch.device(device):
+        t = torch.rand((2,))
+    w = torch.empty(3, 5, device=device).uniform_(-0.5, 0.5)
+    g = torch.empty(4, device=device).normal_(0.0, 2.0)
+    k = torch.nn.init.kaiming_uniform_(torch.empty(6, 3, device=device))  # a module's init
+    return [x.cpu() for x in (noise, t, w, g, k)] + [torch.randn(3)]
+
+
+def test_cpu_random_stream_gives_the_cpu_draws_on_tpu():
+    ref = _draws("cpu")
+    mode = flux.CpuRandomStream()
+    with mode:
+        got = _draws("tpu")
+        assert torch.randn_like(torch.zeros(2, device="tpu")).device.type == "tpu"
+    for r, g in zip(ref, got):
+        assert torch.equal(r, g)
+    # outside the mode "tpu" draws from its own generator (not the CPU's values)
+    torch.manual_seed(7)
+    assert not torch.equal(torch.randn(2, 16, 4, 4, device="tpu").cpu(), ref[0])
+
+
+def test_autoencoder_load_accepts_cpu_with_an_index(tmp_path):
+    pytest.importorskip("torchtitan")
+    from safetensors.torch import save_file
+    from torchtitan.models.flux.model import autoencoder
+
+    save_file({"w": torch.arange(6.0)}, str(tmp_path / "x.safetensors"))
+    flux.apply_load_shim()
+    sd = autoencoder.load_sft(str(tmp_path / "x.safetensors"), device="cpu:0")
+    assert torch.equal(sd["w"], torch.arange(6.0))
+
+
+class FluxRunner(Runner):
+    def __init__(self, root, steps: int = 3, batch: int = 2):
+        super().__init__(root, "flux", steps=steps, batch=batch)
+        a = ensure_flux_assets(str(root / "assets"))
+        self.common = [
+            *RECIPES["flux"],
+            "--hf_assets_path", a["tokenizer"],
+            # FluxTestTokenizer (the recipe's test mode): our tokenizer.json for T5 and CLIP
+            "--tokenizer.test_mode", "--tokenizer.t5_tokenizer_path", a["tokenizer"],
+            "--tokenizer.clip_tokenizer_path", a["tokenizer"], "--tokenizer.max_t5_encoding_len", "8",
+            "--encoder.t5_encoder", a["t5_encoder"], "--encoder.clip_encoder", a["clip_encoder"],
+            "--encoder.autoencoder_path", a["autoencoder"],
+            "--dataloader.dataset_path", a["cc12m_test"], "--dataloader.img_size", "32",
+            "--training.steps", str(steps), "--training.local_batch_size", str(batch),
+            "--training.mixed_precision_param", "float32", "--debug.seed", "0",
+            "--validator.no-enable", "--metrics.log_freq", "1",
+        ]
+
+
+@pytest.mark.skipif(not LONG, reason="four launches of flux-debug (258M parameters), several "
+                    "minutes: `make test-titan-long` (TPUC_TITAN_LONG=1)")
+def test_flux_stock_trainer_loss_matches_cpu(tmp_path):
+    runner = FluxRunner(tmp_path)
+    layout = ["--parallelism.data_parallel_shard_degree", "1"]
+    ref = runner.run(1, *layout, device="cpu", dtype="float64")
+    cpu = runner.run(1, *layout, device="cpu")
+    dev = runner.run(1, *layout, "--tpuc.cpu_rng=1")
+    assert len(dev) == 3
+    check_against_reference(dev, cpu, ref)
+    check_steady_state(dev)
