@@ -102,15 +102,42 @@ def _sgd_math(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor],
     return _unless_inf(found_inf, (params, grads, bufs), (p, new_grads, new_bufs))
 
 
+_CHUNK_BYTES = 64 << 20
+
+
+def _chunks(lists: tuple) -> list[tuple]:
+    """``lists`` (parallel per-parameter lists; empty ones, e.g. max_exp_avg_sqs without
+    amsgrad, stay empty) cut into runs of parameters of at most _CHUNK_BYTES (one parameter
+    larger than that is a run of its own)."""
+    params = lists[0]
+    n = len(params)
+    bounds, start, size = [], 0, 0
+    for i, p in enumerate(params):
+        b = p.numel() * p.element_size()
+        if i > start and size + b > _CHUNK_BYTES:
+            bounds.append((start, i))
+            start, size = i, 0
+        size += b
+    bounds.append((start, n))
+    if len(bounds) == 1:
+        return [lists]
+    return [tuple(lst[a:b] if len(lst) == n else lst for lst in lists) for a, b in bounds]
+
+
 def _pair(math, nlists: int, **fixed):
     """The in-place op (copies the new values into its list arguments) and the
     functional op (returns fresh tensors, never its inputs) over `math`."""
     def inplace(*lists, **kw) -> None:
-        new = math(*lists, **kw, **fixed)
-        for dst, src in zip(lists[:nlists], new):
-            pairs = [(d, t) for d, t in zip(dst, src) if d is not t]
-            if pairs:
-                torch._foreach_copy_([d for d, _ in pairs], [t for _, t in pairs])
+        # Parameter by parameter the math is independent: it runs over chunks of at most
+        # _CHUNK_BYTES of parameters, so its temporaries (about six lists of new values before
+        # the copy) stay bounded by the chunk, not by the model. Over the whole list at once, a
+        # 0.3B-parameter AdamW step peaked at ~10x the parameters' bytes.
+        for part in _chunks(lists):
+            new = math(*part, **kw, **fixed)
+            for dst, src in zip(part[:nlists], new):
+                pairs = [(d, t) for d, t in zip(dst, src) if d is not t]
+                if pairs:
+                    torch._foreach_copy_([d for d, _ in pairs], [t for _, t in pairs])
 
     def functional(*lists, **kw) -> tuple:
         new = math(*lists, **kw, **fixed)

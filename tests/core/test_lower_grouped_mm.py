@@ -103,3 +103,39 @@ def test_batched_3d():
     got = torch._grouped_mm(a.to("tpu"), b.to("tpu")).cpu()
     ref = torch.bmm(a.double(), b.double())
     _check(got, ref, torch.bmm(a.double().abs(), b.double().abs()), 16, torch.bfloat16)
+
+
+@pytest.mark.parametrize("M,K,N,G", [(48, 16, 24, 16), (40, 24, 8, 8)])
+def test_gather_form_many_groups(M, K, N, G):
+    """G >= 8 with a small [M,K,N] takes the gather forms (row-wise gathered matrices,
+    scatter-added weight gradients): same bound, rows of no group zero, no fallback, and one
+    program for every routing (the gather and scatter indices are data, not shapes)."""
+    torch.manual_seed(3)
+    a = torch.randn(M, K, dtype=torch.bfloat16)
+    b = torch.randn(G, K, N, dtype=torch.bfloat16)
+    gr = torch.randn(M, N, dtype=torch.bfloat16)
+    torch.tpu.reset_stats()
+    compiles = None
+    for trial in range(3):
+        counts = torch.bincount(torch.randint(0, G, (M - 5,)), minlength=G)
+        counts[trial] = 0  # an empty group
+        offs = torch.cumsum(counts, 0).to(torch.int32)  # rows offs[-1].. belong to no group
+        end = int(offs[-1])
+        ad = a.to("tpu").requires_grad_()
+        bd = b.to("tpu").requires_grad_()
+        y = torch._grouped_mm(ad, bd, offs=offs.to("tpu"))
+        ref, absref = _ref_rows(a, b, offs)
+        yc = y.cpu()
+        _check(yc, ref, absref, K, torch.bfloat16)
+        assert bool((yc[end:] == 0).all())
+        g2 = gr.clone()
+        g2[end:] = 0
+        y.backward(g2.to("tpu"))
+        ga_ref, ga_abs = _ref_rows(g2, b.transpose(-2, -1), offs)
+        _check(ad.grad.cpu(), ga_ref, ga_abs, N, torch.bfloat16)
+        gb_ref, gb_abs = _ref_inner(a.t(), g2, offs)
+        _check(bd.grad.cpu(), gb_ref, gb_abs, M, torch.bfloat16)
+        if trial == 1:
+            compiles = torch.tpu.stats()["compiles"]
+    assert torch.tpu.stats()["compiles"] == compiles, "a new routing compiled a new program"
+    assert torch.tpu.stats()["fallbacks"] == {}

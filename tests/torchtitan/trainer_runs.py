@@ -35,6 +35,35 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc). torchrun starts each worker in a session
+    of its own, so killing torchrun's process group alone leaves the workers running."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _kill_tree(pid: int) -> None:
+    for c in _descendants(pid):
+        try:
+            os.kill(c, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.killpg(pid, signal.SIGKILL)
+
+
 def launch(nproc: int, args: list[str], cwd: Path, log: Path) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
            "--master_addr=127.0.0.1", f"--master_port={_port()}",
@@ -46,7 +75,7 @@ def launch(nproc: int, args: list[str], cwd: Path, log: Path) -> None:
         try:
             rc = p.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
+            _kill_tree(p.pid)  # the workers too (each in its own session)
             p.wait()
             raise AssertionError(f"torchtitan run timed out after {TIMEOUT_S}s: {log}")
     if rc != 0:
