@@ -94,9 +94,9 @@ test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
 	$(PY) -m pytest -q tests --ignore=tests/post_training
 
-# The long model sweep (every family x every path); `make test` runs the CI slice.
+# The model tests alone (every family, every path, diffusers); `make test` runs them too.
 models: $(STAMP) $(VENV)/.deps-hf
-	TPUC_MODELS_FULL=1 $(PY) -m pytest -q tests/models
+	$(PY) -m pytest -q tests/models
 
 # docs/models.md from a run of the model matrix.
 models-table: $(STAMP) $(VENV)/.deps-hf

@@ -72,6 +72,7 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
     if (a.name() == "output_size" && info->name == "aten::repeat_interleave.Tensor")
       info->output_size_arg = static_cast<int>(i);
   }
+  info->own_grouped_mm_meta = info->name == "aten::_grouped_mm";
   using BnEval = OpInfo::BnEval;
   for (const char* n : {"aten::native_batch_norm", "aten::native_batch_norm.out",
                         "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.out"})

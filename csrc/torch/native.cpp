@@ -123,12 +123,65 @@ c10::IValue meta_ivalue(const c10::IValue& v, MetaState& ms) {
 // Runs the op's Meta kernel on stand-ins of the stack's arguments: the
 // outputs' metadata, and PyTorch's own errors for bad arguments (raised here,
 // before anything runs). False when there is no Meta kernel for the call.
-bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, MetaState& ms) {
+// OpInfo::own_grouped_mm_meta: _grouped_mm(self, mat2, offs, bias, out_dtype)'s
+// output as PyTorch's Meta kernel computes it (the same size rules and
+// checks), without CUDA's dtype and alignment rules. The stack holds the
+// stand-ins; it is left holding the result.
+void grouped_mm_meta(MetaState& ms) {
+  const at::Tensor a = ms.stack[0].toTensor(), b = ms.stack[1].toTensor();
+  const c10::IValue offs_v = ms.stack[2];
+  const bool a2 = a.dim() == 2, b2 = b.dim() == 2;
+  TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3),
+              "Multiplicands must be 2D or 3D but got mat_a.dim()=", a.dim(),
+              " and mat_b.dim()=", b.dim());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "Expected mat_a and mat_b of one dtype, got ",
+              a.scalar_type(), " and ", b.scalar_type());
+  if (!a2 || !b2)
+    TORCH_CHECK(a.size(-1) == b.size(-2), "contraction dimension of mat_a and mat_b must match");
+  int64_t groups = 0;
+  if (a2 || b2) {
+    TORCH_CHECK(offs_v.isTensor(), "Offsets tensor is required when mat_a or mat_b is 2D");
+    const at::Tensor& offs = offs_v.toTensor();
+    TORCH_CHECK(offs.dim() == 1, "Offsets tensor must be 1D, but got offs.dim()=", offs.dim(), ".");
+    TORCH_CHECK(offs.scalar_type() == at::kInt,
+                "Offsets tensor must be integer (int32) tensor, but got ", offs.scalar_type(), ".");
+    groups = offs.size(0);
+  } else {
+    TORCH_CHECK(!offs_v.isTensor(), "Offsets tensor must not be provided for 3D x 3D");
+  }
+  std::vector<int64_t> size;
+  if (a2 && b2) {
+    size = {groups, a.size(0), b.size(1)};
+  } else if (a2) {
+    TORCH_CHECK(groups == b.size(0), "matrix batch sizes have to match");
+    size = {a.size(0), b.size(-1)};
+  } else if (b2) {
+    TORCH_CHECK(groups == a.size(0), "matrix batch sizes have to match");
+    size = {a.size(1), b.size(1)};
+  } else {
+    TORCH_CHECK(a.size(0) == b.size(0), "batched dimension has to match");
+    size = {a.size(0), a.size(1), b.size(-1)};
+  }
+  const c10::IValue& dt = ms.stack[4];
+  const c10::ScalarType out = dt.isNone() ? a.scalar_type() : dt.toScalarType();
+  std::vector<int64_t> stride(size.size(), 1);
+  for (int64_t i = static_cast<int64_t>(size.size()) - 2; i >= 0; --i)
+    stride[i] = stride[i + 1] * std::max<int64_t>(size[i + 1], 1);
+  ms.stack.clear();
+  ms.stack.push_back(at::Tensor(at::detail::empty_strided_meta(size, stride, out)));
+}
+
+bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, MetaState& ms,
+              bool own_grouped_mm_meta) {
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack.size() - nargs;
   ms.stack.clear();
   ms.stack.reserve(nargs);
   for (size_t i = 0; i < nargs; ++i) ms.stack.push_back(meta_ivalue(stack[begin + i], ms));
+  if (own_grouped_mm_meta) {
+    grouped_mm_meta(ms);
+    return true;
+  }
   try {
     // The dispatch table's Meta entry: a Meta kernel, or a composite kernel
     // that computes on Meta tensors (convolution); "no kernel" raises
@@ -257,7 +310,8 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
   const size_t begin = stack.size() - nargs;
   thread_local std::string key;
   int device = -1;
-  if (!meta_key(stack, begin, nargs, info, key, device)) return run_meta(op, stack, ms);
+  if (!meta_key(stack, begin, nargs, info, key, device))
+    return run_meta(op, stack, ms, info.own_grouped_mm_meta);
   {
     std::lock_guard<std::mutex> lock(info.meta_mu);
     auto it = info.meta_cache.find(key);
@@ -267,7 +321,7 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
       return it->second.ok;
     }
   }
-  bool ok = run_meta(op, stack, ms);  // raises PyTorch's errors: nothing cached then
+  bool ok = run_meta(op, stack, ms, info.own_grouped_mm_meta);  // raises PyTorch's errors: nothing cached then
   OpInfo::MetaResult r;
   r.ok = ok;
   if (ok) r.results = ms.stack;

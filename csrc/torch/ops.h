@@ -48,6 +48,11 @@ struct OpInfo {
   // Special handling, decided once per operator (never by name per call):
   int mask_indices_arg = -1;  // index ops: `indices` (Tensor?[]) whose masks become long indices
   int output_size_arg = -1;   // repeat_interleave.Tensor: output_size, filled from the repeats
+  // _grouped_mm: its Meta kernel states CUDA's rules (bf16 inputs, 16-byte
+  // aligned strides); the CPU kernel and the core's lowering take every
+  // floating dtype and layout, so tpuc computes its output metadata itself
+  // (native.cpp, grouped_mm_meta).
+  bool own_grouped_mm_meta = false;
   // batch norm whose save_mean/save_invstd are empty in eval mode: eval when
   // argument `bn_eval_arg` is false (training) / a defined tensor (running stats)
   enum class BnEval { None, WhenNotTraining, Always, WhenRunningStats } bn_eval = BnEval::None;

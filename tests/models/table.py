@@ -83,7 +83,10 @@ that spans transformers' per-token glue as well as the forward.
 
 Mechanisms behind them: tied weights through `_has_compatible_shallow_copy_type`
 (csrc/torch/shallow_copy.cpp); integer `histc` (MoE routers) and `isin` (generate's stop check)
-lowered on the device (csrc/core/lower/count.c).
+lowered on the device (csrc/core/lower/count.c); the MoE experts' `F.grouped_mm` in float32
+(transformers 5.24 calls it on "tpu" for every dtype) takes tpuc's own output metadata, as PyTorch's
+Meta kernel states CUDA's bf16-only rule (csrc/torch/native.cpp, tests/test_grouped_mm_any_dtype.py).
+`make test` runs every family of the table (tests/models/test_families.py).
 
 Limits: `accelerate launch --num_processes 2` without `--multi_gpu` starts one process
 (accelerate counts only CUDA-like devices when choosing a multi-process launch);
