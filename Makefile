@@ -92,7 +92,7 @@ test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 	TPUC_TITAN_LONG=1 $(PY) -m pytest -q tests/torchtitan
 
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
-	$(PY) -m pytest -q tests --ignore=tests/post_training
+	$(PY) -m pytest -q --durations=25 tests --ignore=tests/post_training
 
 # The model tests alone (every family, every path, diffusers); `make test` runs them too.
 models: $(STAMP) $(VENV)/.deps-hf
@@ -114,7 +114,7 @@ $(VENV)/.deps-trl: $(VENV)/.deps-hf python/tpuc/integrations/trl/constraints.txt
 
 POST_DEPS += $(VENV)/.deps-trl
 test-post: $(POST_DEPS)
-	$(PY) -m pytest -q tests/post_training
+	$(PY) -m pytest -q --durations=10 tests/post_training
 
 # torch.distributed on "tpu" only (part of test-py); the long variant trains 20 steps
 test-dist: $(STAMP) $(VENV)/.deps-test
@@ -185,4 +185,4 @@ $(SVENV)/.deps-sglang: $(SVENV)/.deps
 	touch $@
 
 test-serve: $(SSTAMP) $(SVENV)/.deps-sglang
-	$(SPY) -m pytest -q tests/serving
+	$(SPY) -m pytest -q --durations=10 tests/serving
