@@ -159,3 +159,40 @@ def test_attention_swap_keeps_the_tp_sharding_config():
     after = [m for m in model.modules() if isinstance(m, swaps.DeviceAttention)]
     assert all(isinstance(m, Module) for m in after)
     assert [m._sharding_config for m in after] == before
+
+
+@long_only
+def test_checkpoint_saved_at_fsdp2_resumes_at_fsdp_x_tp(root):
+    """DCP resharding on load: save at FSDP=2 (2 processes, checkpoint at step 2 of 4), resume
+    from step 2 at FSDP 2 x TP 2 (4 processes; the same 2 data-parallel ranks, so the saved
+    dataloader positions apply, with the weights and AdamW state now also split over TP).
+    The CPU (gloo) does the same save and resume in float64 and float32. The layouts reduce in
+    different orders, so the CPU's resumed steps are not bit for bit its uninterrupted ones;
+    per step, as everywhere here: |tpu - f64| <= 4 |cpu32 - f64| + 64 eps32 |f64|, for the
+    saving run and the resumed one. And the resumed run continues the saved curve: its steps
+    3 and 4 follow the uninterrupted FSDP=2 run's within 64 float32 roundings of the loss plus
+    4x the CPU's own resume difference (a load that silently fell back to the seed would be
+    off by the loss's change over two steps)."""
+    runner = Runner(root, "llama3", steps=4)
+    save = ["--parallelism.data_parallel_shard_degree", "2", *DTENSOR, "--checkpoint.interval", "2"]
+    resume = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2",
+              *DTENSOR, "--checkpoint.interval", "2", "--checkpoint.load_step", "2"]
+    runs = {}
+    for device, dtype in (("cpu", "float64"), ("cpu", "float32"), ("tpu", "float32")):
+        folder = root / f"reshard-{device}-{dtype}"
+        full = runner.run(2, *save, device=device, dtype=dtype, checkpoint_folder=folder)
+        assert (folder / "step-2").is_dir(), "the interval checkpoint at step 2 was not written"
+        resumed = runner.run(4, *resume, device=device, dtype=dtype, checkpoint_folder=folder)
+        assert [r["step"] for r in full] == [1, 2, 3, 4]
+        assert [r["step"] for r in resumed] == [3, 4], "the resumed run did not start at step 3"
+        runs[device, dtype] = full, resumed
+    (ref_full, ref_res), (cpu_full, cpu_res), (dev_full, dev_res) = (
+        runs["cpu", "float64"], runs["cpu", "float32"], runs["tpu", "float32"])
+    check_against_reference(dev_full, cpu_full, ref_full)
+    check_against_reference(dev_res, cpu_res, ref_res)
+    for d, df, c, cf, r in zip(dev_res, dev_full[2:], cpu_res, cpu_full[2:], ref_res):
+        bound = 4 * abs(c["loss"] - cf["loss"]) + 64 * EPS32 * abs(r["loss"])
+        assert abs(d["loss"] - df["loss"]) <= bound, (d, df, c, cf, bound)
+    for r, rf in zip(ref_res, ref_full[2:]):  # float64: the layouts differ by f64 roundings only
+        assert abs(r["loss"] - rf["loss"]) <= 64 * EPS32 * abs(rf["loss"]), (r, rf)
+    check_steady_state(dev_full)

@@ -1,7 +1,7 @@
 """Block swaps for TorchTitan on "tpu", applied from outside model.py when parallelism is applied.
 
 Chosen by configuration: ``--tpuc.swaps=attention,loss`` on the launcher's command line, or
-``TPUC_TITAN_SWAPS`` (default ``attention``; ``none`` for none). Each swap keeps the
+``TPUC_TITAN_SWAPS`` (default ``attention,moe``; ``none`` for none). Each swap keeps the
 replaced block's semantics and is checked against it on the CPU (tests/torchtitan/):
 
 - ``attention``: TorchTitan 0.3.0's language models use FlexAttention (its backward does not
@@ -12,9 +12,11 @@ replaced block's semantics and is checked against it on the CPU (tests/torchtita
   of being compiled into a BlockMask (:func:`dense_attention_mask`); GQA keeps its grouping
   (keys/values repeated per query group, as ``enable_gqa`` does). The swap replaces every
   ``FlexAttention`` module when TorchTitan's ``parallelize_fn`` runs (which is wrapped).
-- ``moe``: nothing to swap in Python: ``aten::_grouped_mm`` is lowered natively by the core
-  (csrc/core/lower/grouped_mm.c), one fixed-shape program for every routing; token dispatch
-  (argsort, scatter_add, gather) runs on the device. Listed so configurations can name it.
+- ``moe``: ``aten::_grouped_mm`` is lowered natively by the core (csrc/core/lower/grouped_mm.c),
+  one fixed-shape program for every routing; token dispatch (argsort, scatter_add, gather)
+  runs on the device. Under expert parallelism (EP > 1) the swap gives each routed-expert
+  block :mod:`.ep_dispatch`'s fixed-capacity dispatcher (equal all-to-all splits, so the
+  received rows' shape no longer follows the routing and nothing recompiles per step).
 - ``loss``: :class:`FusedLinearCrossEntropyLoss` replaces TorchTitan's
   ``ChunkedLossWrapper(CrossEntropyLoss)``: lm_head + cross-entropy in one autograd
   Function, chunked over the tokens, that saves only each token's log-sum-exp and
@@ -39,7 +41,7 @@ _installed = False
 
 def parse(spec: Optional[str]) -> set[str]:
     if spec is None:
-        spec = os.environ.get("TPUC_TITAN_SWAPS", "attention")
+        spec = os.environ.get("TPUC_TITAN_SWAPS", "attention,moe")
     items = {s.strip() for s in spec.split(",") if s.strip() and s.strip() != "none"}
     bad = items - set(KNOWN)
     if bad:
@@ -262,6 +264,10 @@ def wrap_parallelize(parallelize_fn: Callable[..., Any]) -> Callable[..., Any]:
     def parallelize(model, *args, **kwargs):
         if "attention" in _active:
             swap_attention_modules(model)
+        if "moe" in _active:
+            from .ep_dispatch import swap_token_dispatchers
+
+            swap_token_dispatchers(model)  # EP > 1 only; at EP=1 it dispatches as before
         return parallelize_fn(model, *args, **kwargs)
 
     parallelize._tpuc_swaps = True  # type: ignore[attr-defined]

@@ -12,6 +12,9 @@ from ``sys.argv`` and calls ``torchtitan.train.main()`` unchanged. Its flags:
 - ``--tpuc.dtype=float64``: with ``--tpuc.device=cpu``, a float64 reference run;
 - ``--tpuc.cpu_rng=1``: on "tpu", random draws come from the CPU generator (:mod:`.flux`; for
   comparing a recipe that draws noise in its step with the CPU run);
+- ``--tpuc.layers=N``: keep only the recipe's first N transformer blocks (the same config
+  otherwise; for running a recipe's layouts within a small machine's memory, e.g. the tests'
+  4-rank expert-parallel runs of qwen3 debugmodel_moe);
 - ``--tpuc.record=PATH``: rank 0 appends one JSON line per logged step (step, loss, grad
   norm, and on "tpu" the cumulative compile and fallback counts of ``torch.tpu.stats()`` and
   the number of graphs Dynamo compiled).
@@ -22,7 +25,7 @@ import json
 import sys
 from typing import Optional
 
-_FLAGS = ("swaps", "device", "dtype", "record", "cpu_rng")
+_FLAGS = ("swaps", "device", "dtype", "record", "cpu_rng", "layers")
 
 
 def _take_flags(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -75,6 +78,23 @@ def _record_steps(path: str, device: str) -> None:
     MetricsProcessor.log = log
 
 
+def _keep_layers(n: int) -> None:
+    """Cuts the parsed config's model to its first ``n`` blocks (``--tpuc.layers``)."""
+    from torchtitan.config import ConfigManager
+
+    parse = ConfigManager.parse_args
+
+    def parse_args(self, *a, **k):
+        config = parse(self, *a, **k)
+        model = config.model_spec.model
+        if not 1 <= n <= len(model.layers):
+            raise SystemExit(f"tpuc: --tpuc.layers={n}: the recipe has {len(model.layers)} blocks")
+        model.layers = list(model.layers)[:n]
+        return config
+
+    ConfigManager.parse_args = parse_args
+
+
 def main() -> None:
     import torch  # noqa: F401  (registers "tpu" before torchtitan reads the device type)
 
@@ -107,6 +127,8 @@ def main() -> None:
         apply(flags.get("swaps"))
     else:
         raise SystemExit(f"tpuc: --tpuc.device must be tpu or cpu, not {device!r}")
+    if "layers" in flags:
+        _keep_layers(int(flags["layers"]))
     if "record" in flags:
         _record_steps(flags["record"], device)
     if any(a == "flux" and rest[i - 1] == "--module" for i, a in enumerate(rest) if i) or "--module=flux" in rest:
