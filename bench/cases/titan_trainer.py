@@ -122,6 +122,27 @@ def _summarise(rows: list[dict], warmup: int, device: str, nproc: int) -> dict:
     return out
 
 
+def finish(out: dict) -> dict:
+    """Per layout: every "tpu" contender's MFU against the strict run's measured peak, and
+    each contender's tokens/s over the CPU run's."""
+    for row in out["rows"]:
+        # one denominator for every "tpu" contender of a layout: the peak measured in the strict
+        # run (tpuc measures it in strict mode; before that fix a fused run's was 4x too high)
+        strict = next((r for r in out["rows"] if r["recipe"] == row["recipe"]
+                       and r["procs"] == row["procs"] and r["contender"] == "tpu strict"
+                       and r.get("peak_gflops")), None)
+        if row["contender"].startswith("tpu") and strict and "tps_per_rank" in row:
+            row["own_peak_gflops"] = row["peak_gflops"]
+            row["peak_gflops"] = strict["peak_gflops"]
+            row["mfu"] = row["flops_per_token"] * row["tps_per_rank"] / (strict["peak_gflops"] * 1e9)
+        cpu = next((r for r in out["rows"] if r["recipe"] == row["recipe"]
+                    and r["procs"] == row["procs"] and r["contender"] == "cpu (gloo)"
+                    and "tokens_per_s" in r), None)
+        if cpu and "tokens_per_s" in row:
+            row["vs_cpu"] = row["tokens_per_s"] / cpu["tokens_per_s"]
+    return out
+
+
 def run(quick: bool) -> dict:
     out: dict = {"title": "TorchTitan's stock Trainer: \"tpu\" against the CPU (gloo), 1 / 2 / 4 "
                           "processes", "command": COMMAND, "rows": []}
@@ -189,12 +210,7 @@ def run(quick: bool) -> dict:
                     if progress:
                         with open(progress, "w") as f:
                             json.dump(out, f, indent=2)
-    for row in out["rows"]:
-        cpu = next((r for r in out["rows"] if r["recipe"] == row["recipe"]
-                    and r["procs"] == row["procs"] and r["contender"] == "cpu (gloo)"
-                    and "tokens_per_s" in r), None)
-        if cpu and "tokens_per_s" in row:
-            row["vs_cpu"] = row["tokens_per_s"] / cpu["tokens_per_s"]
+    finish(out)
     try:
         load = os.getloadavg()
     except OSError:
