@@ -331,6 +331,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
         L += _collectives_core_section(res["collectives_core"])
     if "torchtitan" in res and res["torchtitan"].get("rows"):
         L += _torchtitan_section(res["torchtitan"])
+    if "titan_trainer" in res:
+        L += _titan_trainer_section(res["titan_trainer"])
     if "collectives" in res:
         r = res["collectives"]
         L += _header(r)
@@ -458,4 +460,33 @@ def _weight_sync_section(r: dict) -> list[str]:
         if (model, "tpu") in by and (model, "cpu") in by:
             L.append(f"\n{model}: sync to the \"tpu\" engine takes "
                      f"{by[(model, 'tpu')] / by[(model, 'cpu')]:.2f}x the time of the CPU engine.")
+    return L + [""]
+
+
+def _titan_trainer_section(r: dict) -> list[str]:
+    """TorchTitan's stock Trainer at 1 / 2 / 4 processes (bench/cases/titan_trainer.py)."""
+    L = _header(r)
+    if not r.get("rows"):
+        return L + [f"error: {r.get('error')}", ""]
+    load = r.get("loadavg_at_end")
+    if load:
+        L += [f"Load average at the end of the run: {load[0]:.1f} (1 min), {load[2]:.1f} (15 min).", ""]
+    L += ["| recipe | processes | contender | tokens/s (all ranks) | vs CPU | MFU | matmul peak "
+          "GFLOP/s | tpu device peak MiB | rank-0 peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        if "error" in x:
+            L.append(f"| {x['recipe']} | {x['procs']} | {x['contender']} | {x['error'][:120]} "
+                     "| | | | | |")
+            continue
+        vs = f"{x['vs_cpu']:.2f}x" if "vs_cpu" in x else "—"
+        # every "tpu" contender of a layout against the strict run's measured matmul peak
+        strict = next((y for y in r["rows"] if y["recipe"] == x["recipe"] and y["procs"] == x["procs"]
+                       and y["contender"] == "tpu strict" and y.get("peak_gflops")), None)
+        peak = (strict["peak_gflops"] if strict and x["contender"].startswith("tpu")
+                else x.get("peak_gflops"))
+        mfu = f"{100 * x['flops_per_token'] * x['tps_per_rank'] / (peak * 1e9):.1f}%" if peak else "—"
+        L.append(f"| {x['recipe']} | {x['procs']} | {x['contender']} | {x['tokens_per_s']:.0f} "
+                 f"[{x['tps_per_rank_min'] * x['procs']:.0f}, {x['tps_per_rank_max'] * x['procs']:.0f}] "
+                 f"| {vs} | {mfu} | {_fmt(peak)} | {_fmt(x.get('device_peak_mib'))} | "
+                 f"{x['max_rss_mib']:.0f} |")
     return L + [""]

@@ -20,6 +20,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_h
          "op_profile",
          "collectives_core",
          "torchtitan",
+         "titan_trainer",
          "replay",
          "collectives",
          "dist_train",
