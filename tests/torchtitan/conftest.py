@@ -21,7 +21,7 @@ def pytest_terminal_summary(terminalreporter):
     times = getattr(runs, "LAUNCH_TIMES", None)
     if not times:
         return
-    terminalreporter.write_sep("-", "TorchTitan launches (wall seconds)")
-    for name, nproc, n, secs in times:
-        terminalreporter.write_line(f"{secs:7.1f} s  {nproc} proc  {n} run(s)  {name}")
-    terminalreporter.write_line(f"{sum(t[3] for t in times):7.1f} s  in all")
+    terminalreporter.write_sep("-", "TorchTitan launches (wall s, CPU s of its processes)")
+    for name, nproc, n, secs, cpu in times:
+        terminalreporter.write_line(f"{secs:7.1f} s {cpu:7.1f} cpu-s  {nproc} proc  {n} run(s)  {name}")
+    terminalreporter.write_line(f"{sum(t[3] for t in times):7.1f} s {sum(t[4] for t in times):7.1f} cpu-s  in all")

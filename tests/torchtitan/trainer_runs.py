@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -66,9 +67,14 @@ def _kill_tree(pid: int) -> None:
     os.killpg(pid, signal.SIGKILL)
 
 
-# wall seconds of every launch of this pytest process: (log name, nproc, runs, seconds);
-# printed by conftest.py at the end of the session (where the slice's time goes)
-LAUNCH_TIMES: list[tuple[str, int, int, float]] = []
+# every launch of this pytest process: (log name, nproc, runs, wall seconds, CPU seconds of
+# the launch's processes); printed by conftest.py at the end of the session
+LAUNCH_TIMES: list[tuple[str, int, int, float, float]] = []
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def launch(nproc: int, args: list[str], cwd: Path, log: Path) -> None:
@@ -76,7 +82,7 @@ def launch(nproc: int, args: list[str], cwd: Path, log: Path) -> None:
            "--master_addr=127.0.0.1", f"--master_port={_port()}",
            "-m", "tpuc.integrations.torchtitan.train", *args]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _children_cpu_s()
     with open(log, "w") as f:
         p = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)
@@ -87,7 +93,7 @@ def launch(nproc: int, args: list[str], cwd: Path, log: Path) -> None:
             p.wait()
             raise AssertionError(f"torchtitan run timed out after {TIMEOUT_S}s: {log}")
     runs = len(json.loads(Path(args[1]).read_text())) if args[:1] == ["--tpuc.runs"] else 1
-    LAUNCH_TIMES.append((log.name, nproc, runs, time.monotonic() - t0))
+    LAUNCH_TIMES.append((log.name, nproc, runs, time.monotonic() - t0, _children_cpu_s() - cpu0))
     if rc != 0:
         tail = log.read_text()[-4000:]
         raise AssertionError(f"torchtitan run failed (rc {rc}): {' '.join(cmd)}\n{tail}")
