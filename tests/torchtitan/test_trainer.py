@@ -7,8 +7,11 @@ multiple of the CPU float32 run's own error against it, plus a few float32 round
 loss. In steady state (after step 2) nothing compiles and the only CPU fallback is RoPE's
 position check ``aten::_assert_async.msg`` (docs/torchtitan.md).
 
-The CI slice runs llama3 at one process and at FSDP=2; ``make test-titan-long``
-(TPUC_TITAN_LONG=1) adds qwen3 dense and MoE.
+The CI slice runs llama3, qwen3 dense and qwen3 debugmodel_moe (2 of its 8 blocks) at one
+process and llama3 at FSDP=2, sharing one seed checkpoint and one set of CPU references per
+recipe and layout for the session (trainer_runs.one_process_runs / layout_runs, also used by
+test_trainer_parallel.py's DCP resume); ``make test-titan-long`` (TPUC_TITAN_LONG=1) adds qwen3
+dense and MoE at FSDP=2.
 """
 from __future__ import annotations
 
@@ -16,16 +19,11 @@ import os
 
 import pytest
 
-from trainer_runs import Runner
+from trainer_runs import DTENSOR, layout_runs, one_process_runs
 
 EPS32 = 2.0**-24
 LONG = os.environ.get("TPUC_TITAN_LONG") == "1"
 ALLOWED_FALLBACKS = {"aten::_assert_async.msg"}
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("titan")
 
 
 def check_against_reference(dev: list[dict], cpu: list[dict], ref: list[dict], extra_rel: float = 0.0):
@@ -43,24 +41,28 @@ def check_steady_state(dev: list[dict]):
     assert {k for k, v in new.items() if v} <= ALLOWED_FALLBACKS, new
 
 
-CASES = [("llama3", 1), ("llama3", 2)]
+# make test: every language recipe at one process (qwen3_moe: 2 of its 8 blocks, see
+# trainer_runs.CI_SIZES) and llama3 at FSDP=2; the long target adds the other FSDP=2 runs.
+CASES = [("llama3", 1), ("llama3", 2), ("qwen3", 1), ("qwen3_moe", 1)]
 if LONG:
-    CASES += [("qwen3", 1), ("qwen3", 2), ("qwen3_moe", 1), ("qwen3_moe", 2)]
+    CASES += [("qwen3", 2), ("qwen3_moe", 2)]
 
 
 @pytest.mark.parametrize("recipe,nproc", CASES, ids=[f"{r}-fsdp{n}" for r, n in CASES])
-def test_stock_trainer_loss_matches_cpu(root, recipe, nproc):
-    runner = Runner(root, recipe)
-    layout = ["--parallelism.data_parallel_shard_degree", str(nproc)]
-    if nproc > 1:
+def test_stock_trainer_loss_matches_cpu(titan_session_root, recipe, nproc):
+    """Launches per case (trainer_runs): one process -- a CPU launch (seed, float64, float32)
+    and a "tpu" launch; FSDP=2 -- a 2-process CPU launch (float64, float32) and a "tpu" one."""
+    if nproc == 1:
+        runs = one_process_runs(titan_session_root, recipe)
+    else:
         # TorchTitan 0.3.0's default spmd_types backend needs the model's parameters as
         # DTensors on the full mesh before FSDP, which its parallelize_llama does not give on
         # torch 2.13 (ValueError "When dp_mesh_dims is provided, all parameters must be
         # DTensors ..."; on the CPU as on "tpu"): the DTensor backend is TorchTitan's other one.
-        layout += ["--parallelism.spmd_backend", "partial_dtensor"]
-    ref = runner.run(nproc, *layout, device="cpu", dtype="float64")
-    cpu = runner.run(nproc, *layout, device="cpu")
-    dev = runner.run(nproc, *layout)
+        layout = ["--parallelism.data_parallel_shard_degree", str(nproc), *DTENSOR]
+        runs = layout_runs(titan_session_root, recipe, nproc, layout)
     # MoE experts run in bf16 (TorchTitan's choice): the sides may round an input differently.
-    check_against_reference(dev, cpu, ref, extra_rel=2.0**-9 if "moe" in recipe else 0.0)
-    check_steady_state(dev)
+    check_against_reference(runs["dev"], runs["cpu"], runs["ref"],
+                            extra_rel=2.0**-9 if "moe" in recipe else 0.0)
+    check_steady_state(runs["dev"])
+    assert len(runs["dev"]) >= 3

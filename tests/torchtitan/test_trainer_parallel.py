@@ -18,7 +18,7 @@ import os
 import pytest
 
 from test_trainer import EPS32, check_against_reference, check_steady_state
-from trainer_runs import Runner
+from trainer_runs import Runner, layout_runs, one_process_runs
 
 LONG = os.environ.get("TPUC_TITAN_LONG") == "1"
 long_only = pytest.mark.skipif(not LONG, reason="long TorchTitan run: make test-titan-long")
@@ -30,8 +30,8 @@ ONE = ["--parallelism.data_parallel_shard_degree", "1"]
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("titan-par")
+def root(titan_session_root):
+    return titan_session_root  # the session's seed checkpoints and references (conftest.py)
 
 
 _refs: dict[tuple, tuple[list[dict], list[dict]]] = {}
@@ -40,21 +40,21 @@ _refs: dict[tuple, tuple[list[dict], list[dict]]] = {}
 def cpu_references(runner: Runner, nproc: int, layout: list[str]) -> tuple[list[dict], list[dict]]:
     """(float64, float32) CPU runs of ``layout``, launched once per module and layout."""
     key = (runner.recipe, nproc, tuple(layout))
-    if key not in _refs:
-        _refs[key] = (runner.run(nproc, *layout, device="cpu", dtype="float64"),
-                      runner.run(nproc, *layout, device="cpu"))
+    if key not in _refs:  # one launch for both (--tpuc.runs)
+        _refs[key] = tuple(runner.run_many(nproc, [
+            runner.plan(nproc, *layout, device="cpu", dtype="float64"),
+            runner.plan(nproc, *layout, device="cpu")]))
     return _refs[key]
 
 
 def test_fsdp_x_tp_loss_matches_cpu(root):
-    """2 x 2 mesh: FSDP over 2 ranks x TP over 2 ranks, 4 processes."""
-    runner = Runner(root, "llama3")
+    """2 x 2 mesh: FSDP over 2 ranks x TP over 2 ranks, 4 processes (one CPU launch for the
+    float64 and float32 references, one "tpu" launch)."""
     layout = ["--parallelism.data_parallel_shard_degree", "2",
               "--parallelism.tensor_parallel_degree", "2", *DTENSOR]
-    ref, cpu = cpu_references(runner, 4, layout)
-    dev = runner.run(4, *layout)
-    check_against_reference(dev, cpu, ref)
-    check_steady_state(dev)
+    runs = layout_runs(root, "llama3", 4, layout)
+    check_against_reference(runs["dev"], runs["cpu"], runs["ref"])
+    check_steady_state(runs["dev"])
 
 
 @long_only
@@ -69,16 +69,16 @@ def test_tp2_loss_matches_cpu(root):
 
 
 def test_checkpoint_resume_continues_exactly(root):
-    """N = 4 steps with a DCP checkpoint every 2 steps; a second launch with the same flags
+    """N = 4 steps with a DCP checkpoint every 2 steps; a second run with the same flags
     resumes from step 2 (``--checkpoint.load_step 2``: model, AdamW state, LR schedule,
     dataloader position) and must reproduce steps 3 and 4 bit for bit: the same programs run
-    on the same device from the same saved float32 state, so nothing may differ."""
-    runner = Runner(root, "llama3", steps=4)
-    folder = root / "resume-ck"
-    flags = [*ONE, "--checkpoint.interval", "2"]
-    full = runner.run(1, *flags, checkpoint_folder=folder)
+    on the same device from the same saved float32 state, so nothing may differ. Both are the
+    llama3 one-process "tpu" launch of test_trainer.py (trainer_runs.one_process_runs: the
+    full run is also the one compared with the CPU; the resumed one is a second Trainer in the
+    same processes, loading from disk)."""
+    runs = one_process_runs(root, "llama3")
+    folder, full, resumed = runs["folder"], runs["dev"], runs["resumed"]
     assert (folder / "step-2").is_dir(), "the interval checkpoint at step 2 was not written"
-    resumed = runner.run(1, *flags, "--checkpoint.load_step", "2", checkpoint_folder=folder)
     assert [r["step"] for r in full] == [1, 2, 3, 4]
     assert [r["step"] for r in resumed] == [3, 4], "the resumed run did not start at step 3"
     for a, b in zip(full[2:], resumed):

@@ -44,8 +44,17 @@ def _cpu_module() -> types.ModuleType:
     return m
 
 
+_cpu_applied = False
+
+
 def use_cpu(dtype: str = "float32") -> None:
-    """Makes TorchTitan train on the CPU (gloo). Call before importing torchtitan's trainer."""
+    """Makes TorchTitan train on the CPU (gloo). Call before importing torchtitan's trainer.
+    Idempotent; ``dtype``: :func:`set_dtype`."""
+    global _cpu_applied
+    if _cpu_applied:
+        set_dtype(dtype)
+        return
+    _cpu_applied = True
     import torchtitan.tools.utils as tt_utils
 
     tt_utils.device_type = "cpu"
@@ -74,12 +83,20 @@ def use_cpu(dtype: str = "float32") -> None:
         return factors(*args, **kwargs)
 
     fc._get_gradient_divide_factors = sum_factors
+    set_dtype(dtype)
+
+
+def set_dtype(dtype: str) -> None:
+    """The reference run's dtype: float64 (default dtype, and FSDP's dtypes through
+    :func:`apply_dtype_to_config`) or float32; may change between runs of one process."""
     if dtype == "float64":
         from torchtitan.config import TORCH_DTYPE_MAP
 
         TORCH_DTYPE_MAP["float64"] = torch.float64
         torch.set_default_dtype(torch.float64)
-    elif dtype != "float32":
+    elif dtype == "float32":
+        torch.set_default_dtype(torch.float32)
+    else:
         raise ValueError(f"tpuc: --tpuc.dtype must be float32 or float64, not {dtype!r}")
 
 

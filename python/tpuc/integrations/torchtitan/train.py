@@ -12,20 +12,31 @@ from ``sys.argv`` and calls ``torchtitan.train.main()`` unchanged. Its flags:
 - ``--tpuc.dtype=float64``: with ``--tpuc.device=cpu``, a float64 reference run;
 - ``--tpuc.cpu_rng=1``: on "tpu", random draws come from the CPU generator (:mod:`.flux`; for
   comparing a recipe that draws noise in its step with the CPU run);
-- ``--tpuc.layers=N``: keep only the recipe's first N transformer blocks (the same config
-  otherwise; for running a recipe's layouts within a small machine's memory, e.g. the tests'
-  4-rank expert-parallel runs of qwen3 debugmodel_moe);
 - ``--tpuc.record=PATH``: rank 0 appends one JSON line per logged step (step, loss, grad
   norm, and on "tpu" the cumulative compile and fallback counts of ``torch.tpu.stats()`` and
-  the number of graphs Dynamo compiled).
+  the number of graphs Dynamo compiled);
+- ``--tpuc.layers=N``: keep only the model's first N blocks (the recipe's own blocks and
+  config otherwise; the tests cut deep recipes, e.g. qwen3 debugmodel_moe, to fit a small
+  machine's memory);
+- ``--tpuc.runs=FILE``: FILE is a JSON list of argument lists, each a whole run (TorchTitan's
+  flags and these); they run one after another in the same processes, so torch, tpuc and
+  TorchTitan are imported once and the process group is kept between runs (TorchTitan's
+  ``init_distributed`` skips an initialised one). Every run must name the same
+  ``--tpuc.device``, ``--tpuc.swaps`` and ``--tpuc.cpu_rng``; ``--tpuc.dtype``,
+  ``--tpuc.record`` and ``--tpuc.layers`` are per run.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import sys
-from typing import Optional
+from typing import Any, Iterator, Optional
 
-_FLAGS = ("swaps", "device", "dtype", "record", "cpu_rng", "layers")
+_FLAGS = ("swaps", "device", "dtype", "record", "cpu_rng", "layers", "runs")
+# what the current run (of --tpuc.runs) asks for; read by the hooks installed once per process
+_run: dict[str, Any] = {"record": None, "dtype": "float32", "layers": None}
+_hooks_installed = False
 
 
 def _take_flags(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -53,11 +64,13 @@ def _take_swaps(argv: list[str]) -> tuple[Optional[str], list[str]]:
     return flags.get("swaps"), rest
 
 
-def _record_steps(path: str, device: str) -> None:
-    """Wraps TorchTitan's MetricsProcessor.log (it receives every logged step's loss)."""
+def _record_steps(path: Optional[str], device: str) -> None:
+    """Wraps TorchTitan's MetricsProcessor.log (it receives every logged step's loss); writes
+    to ``_run["record"]`` (``path`` sets it), nothing when that is None."""
     import torch
     from torchtitan.components.metrics import MetricsProcessor
 
+    _run["record"] = path
     original = MetricsProcessor.log
 
     def log(self, step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs):
@@ -70,29 +83,78 @@ def _record_steps(path: str, device: str) -> None:
             from torch._dynamo.utils import counters
 
             row["dynamo_graphs"] = int(counters["stats"]["unique_graphs"])
-        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
-            with open(path, "a") as f:
+        rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+        if rank0 and _run["record"] is not None:
+            with open(_run["record"], "a") as f:
                 f.write(json.dumps(row) + "\n")
         return original(self, step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs)
 
     MetricsProcessor.log = log
 
 
-def _keep_layers(n: int) -> None:
-    """Cuts the parsed config's model to its first ``n`` blocks (``--tpuc.layers``)."""
+def _cut_layers(config: Any, n: Optional[int]) -> Any:
+    """--tpuc.layers=N: the model's first N blocks (its config's ``layers`` list)."""
+    if n is None:
+        return config
+    model = config.model_spec.model
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, list):
+        raise SystemExit(f"tpuc: --tpuc.layers: {type(model).__name__} has no list of layers")
+    if not 0 < n <= len(layers):
+        raise SystemExit(f"tpuc: --tpuc.layers={n}: the model has {len(layers)} layers")
+    model.layers = layers[:n]
+    return config
+
+
+def _install_config_hook(device: str) -> None:
+    """Once per process: TorchTitan's parsed config gets the current run's dtype (CPU
+    reference) and layer cut."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
     from torchtitan.config import ConfigManager
+
+    from . import reference
 
     parse = ConfigManager.parse_args
 
     def parse_args(self, *a, **k):
         config = parse(self, *a, **k)
-        model = config.model_spec.model
-        if not 1 <= n <= len(model.layers):
-            raise SystemExit(f"tpuc: --tpuc.layers={n}: the recipe has {len(model.layers)} blocks")
-        model.layers = list(model.layers)[:n]
-        return config
+        if device == "cpu":
+            config = reference.apply_dtype_to_config(config, _run["dtype"])
+        return _cut_layers(config, _run["layers"])
 
     ConfigManager.parse_args = parse_args
+    _hooks_installed = True
+
+
+@contextlib.contextmanager
+def _keep_process_group(keep: bool) -> Iterator[None]:
+    """TorchTitan's main destroys the process group after its run; between the runs of
+    --tpuc.runs it is kept (re-creating it on torchrun's store would reuse the first group's
+    rendezvous keys), and TorchTitan's init_distributed then skips initialisation."""
+    import torch.distributed as dist
+
+    destroy = dist.destroy_process_group
+    if keep:
+        dist.destroy_process_group = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        dist.destroy_process_group = destroy
+
+
+def _read_runs(argv: list[str]) -> list[list[str]]:
+    flags, rest = _take_flags(argv)
+    if "runs" not in flags:
+        return [argv]
+    if rest or len(flags) > 1:
+        raise SystemExit("tpuc: --tpuc.runs=FILE takes every run's flags from FILE, nothing else")
+    with open(flags["runs"]) as f:
+        runs = json.load(f)
+    if not (isinstance(runs, list) and runs and all(isinstance(r, list) for r in runs)):
+        raise SystemExit(f"tpuc: {flags['runs']}: expected a JSON list of argument lists")
+    return [[str(a) for a in r] for r in runs]
 
 
 def main() -> None:
@@ -100,38 +162,39 @@ def main() -> None:
 
     import tpuc  # noqa: F401
 
-    flags, rest = _take_flags(sys.argv[1:])
-    sys.argv = [sys.argv[0]] + rest
+    argv0 = sys.argv[0]
+    runs = [_take_flags(r) for r in _read_runs(sys.argv[1:])]
+    if any("runs" in f for f, _ in runs):
+        raise SystemExit("tpuc: --tpuc.runs cannot be nested")
+    for key in ("device", "swaps", "cpu_rng"):
+        if len({f.get(key) for f, _ in runs}) > 1:
+            raise SystemExit(f"tpuc: every run of --tpuc.runs must name the same --tpuc.{key}")
+    flags, rest0 = runs[0]
     device = flags.get("device", "tpu")
-    dtype = flags.get("dtype", "float32")
+    for f, _ in runs:
+        if device == "tpu" and f.get("dtype", "float32") != "float32":
+            raise SystemExit("tpuc: --tpuc.dtype=float64 is for the CPU reference (--tpuc.device=cpu)")
     if device == "cpu":
         from . import reference
 
-        reference.use_cpu(dtype)
+        reference.use_cpu(flags.get("dtype", "float32"))
         from . import apply
 
         apply(flags.get("swaps"), device="cpu")
-        from torchtitan.config import ConfigManager
-
-        parse = ConfigManager.parse_args
-
-        def parse_args(self, *a, **k):
-            return reference.apply_dtype_to_config(parse(self, *a, **k), dtype)
-
-        ConfigManager.parse_args = parse_args
     elif device == "tpu":
-        if dtype != "float32":
-            raise SystemExit("tpuc: --tpuc.dtype=float64 is for the CPU reference (--tpuc.device=cpu)")
         from . import apply
 
         apply(flags.get("swaps"))
     else:
         raise SystemExit(f"tpuc: --tpuc.device must be tpu or cpu, not {device!r}")
-    if "layers" in flags:
-        _keep_layers(int(flags["layers"]))
-    if "record" in flags:
-        _record_steps(flags["record"], device)
-    if any(a == "flux" and rest[i - 1] == "--module" for i, a in enumerate(rest) if i) or "--module=flux" in rest:
+    _install_config_hook(device)
+    _record_steps(None, device)
+
+    def is_flux(rest: list[str]) -> bool:
+        return "--module=flux" in rest or any(
+            a == "flux" and rest[i - 1] == "--module" for i, a in enumerate(rest) if i)
+
+    if any(is_flux(r) for _, r in runs):
         from . import flux
 
         flux.apply_load_shim()
@@ -139,7 +202,15 @@ def main() -> None:
             flux.enable_cpu_random_stream()
     from torchtitan.train import main as titan_main
 
-    titan_main()
+    for i, (f, rest) in enumerate(runs):
+        _run.update(record=f.get("record"), dtype=f.get("dtype", "float32"),
+                    layers=int(f["layers"]) if "layers" in f else None)
+        if device == "cpu":
+            reference.set_dtype(_run["dtype"])
+        sys.argv = [argv0] + rest
+        with _keep_process_group(i < len(runs) - 1):
+            titan_main()
+        gc.collect()  # the finished Trainer's cycles (TorchTitan runs with gc disabled)
 
 
 if __name__ == "__main__":
