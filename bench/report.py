@@ -169,13 +169,19 @@ def _dispatch_profile(p: dict | None) -> list[str]:
          + (", the builds interleaved" if len(names) > 1 else "") + "):", "",
          "| where | " + " | ".join(f"µs/op {n}" for n in names) + " |",
          "|---|" + "---|" * len(names)]
+    def cell(n: str, g: str) -> str:
+        tot = sum(builds[n]["us_by_group"].values()) or 1.0
+        v = builds[n]["us_by_group"][g]
+        return f"{v:.2f} ({100 * v / tot:.0f}%)"
+
     for g in builds[names[-1]]["us_by_group"]:
-        L.append(f"| {g} | " + " | ".join(f"{builds[n]['us_by_group'][g]:.2f}" for n in names) + " |")
+        L.append(f"| {g} | " + " | ".join(cell(n, g) for n in names) + " |")
     L.append("| **total (timed loop)** | " + " | ".join(f"**{builds[n]['us_per_op']:.2f}**" for n in names) + " |")
     L.append("| PyTorch CPU eager, same op, same process | "
              + " | ".join(f"{builds[n]['cpu_us_per_op']:.2f}" for n in names) + " |")
     L.append("| tpu strict / CPU eager | " + " | ".join(f"{builds[n]['ratio_vs_cpu']:.1f}x" for n in names) + " |")
-    L.append("")
+    L += ["", "On a loaded machine the µs are inflated alike for both sides of a process; compare "
+          "the shares and the ratio to CPU eager measured in the same process.", ""]
     return L
 
 
