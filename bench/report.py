@@ -155,6 +155,36 @@ def _decode_section(r: dict) -> list[str]:
     return L
 
 
+def _dispatch_profile(p: dict | None) -> list[str]:
+    """The dispatch case's perf profile: µs per op by library, per build."""
+    if not p:
+        return []
+    if "skipped" in p:
+        return [f"Where the time goes (perf): not measured ({p['skipped']}).", ""]
+    builds = p["builds"]
+    names = list(builds)
+    L = [f"Where a strict op's host time goes ({p['op']}; `perf record` at 2 kHz over a loop of "
+         f"{p['loop']} ops in a fresh process, samples grouped by library and scaled by the "
+         f"loop's µs per op; median of {builds[names[-1]]['runs']} runs"
+         + (", the builds interleaved" if len(names) > 1 else "") + "):", "",
+         "| where | " + " | ".join(f"µs/op {n}" for n in names) + " |",
+         "|---|" + "---|" * len(names)]
+    def cell(n: str, g: str) -> str:
+        tot = sum(builds[n]["us_by_group"].values()) or 1.0
+        v = builds[n]["us_by_group"][g]
+        return f"{v:.2f} ({100 * v / tot:.0f}%)"
+
+    for g in builds[names[-1]]["us_by_group"]:
+        L.append(f"| {g} | " + " | ".join(cell(n, g) for n in names) + " |")
+    L.append("| **total (timed loop)** | " + " | ".join(f"**{builds[n]['us_per_op']:.2f}**" for n in names) + " |")
+    L.append("| PyTorch CPU eager, same op, same process | "
+             + " | ".join(f"{builds[n]['cpu_us_per_op']:.2f}" for n in names) + " |")
+    L.append("| tpu strict / CPU eager | " + " | ".join(f"{builds[n]['ratio_vs_cpu']:.1f}x" for n in names) + " |")
+    L += ["", "On a loaded machine the µs are inflated alike for both sides of a process; compare "
+          "the shares and the ratio to CPU eager measured in the same process.", ""]
+    return L
+
+
 def write(root: str, machine: dict, quick: bool) -> str:
     res = _load(root)
     docs = os.path.join(root, "docs")
@@ -184,6 +214,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
         if _plot_dispatch(r, os.path.join(docs, "perf_dispatch.png")):
             L += ["", "![dispatch](perf_dispatch.png)"]
         L.append("")
+        L += _dispatch_profile(r.get("profile"))
     if "roofline" in res:
         r = res["roofline"]
         L += _header(r) + ["| what | dtype | GFLOP/s | fraction of peak |", "|---|---|---|---|"]

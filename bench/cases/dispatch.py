@@ -57,7 +57,16 @@ def run(quick: bool) -> dict:
             s = res[c].summary(scale=1e6 / (n * ops_per_call))
             rows.append({"op": name, "contender": c, "us_per_op": s,
                          "ops_per_s": 1e6 / s["median"]})
+    prof = None
+    if tpu_available():
+        from .dispatch_profile import profile
+
+        try:
+            prof = profile(quick)
+        except Exception as e:  # reported, not hidden
+            prof = {"skipped": f"{type(e).__name__}: {e}"[:300]}
     return {
+        "profile": prof,
         "title": "Dispatch: host time per op on tiny tensors",
         "command": COMMAND,
         "rows": rows,

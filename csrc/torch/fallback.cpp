@@ -32,8 +32,26 @@ Registry& registry() {
   return *r;
 }
 
+OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op);
+
+// Per thread, the operators it called last (OpInfos live as long as the
+// process): a hit takes neither the registry's lock nor its hash lookup.
 OpInfo& info_for(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* key = &op.schema();
+  struct Slot {
+    const c10::FunctionSchema* key = nullptr;
+    OpInfo* info = nullptr;
+  };
+  thread_local Slot recent[64];
+  Slot& slot = recent[(reinterpret_cast<uintptr_t>(key) >> 4) % 64];
+  if (slot.key == key) return *slot.info;
+  OpInfo& info = make_info(key, op);
+  slot.key = key;
+  slot.info = &info;
+  return info;
+}
+
+OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.ops.find(key);
@@ -87,6 +105,22 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
   if (info->name == "aten::native_batch_norm" || info->name == "aten::native_batch_norm.out") {
     info->unmarked_writes = {3, 4};
     info->mutates[3] = info->mutates[4] = true;
+  }
+  // What run_native needs of the schema on every call, made once here.
+  {
+    const auto& args = schema.arguments();
+    std::vector<bool> returned(args.size(), false);
+    for (const auto& ret : schema.returns()) {
+      int j = -1;
+      if (ret.alias_info() && ret.alias_info()->isWrite())
+        for (size_t a = 0; a < args.size() && j < 0; ++a)
+          if (args[a].alias_info() && *args[a].alias_info() == *ret.alias_info())
+            j = static_cast<int>(a);
+      info->ret_alias_arg.push_back(j);
+      if (j >= 0) returned[j] = true;
+    }
+    for (size_t j = 0; j < args.size(); ++j)
+      if (!returned[j] && info->writes(j)) info->unreturned_writes.push_back(static_cast<int>(j));
   }
   info->cpu_only = !returns_ok;
   if (!info->cpu_only) {

@@ -8,9 +8,11 @@
 
 #include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <pybind11/pybind11.h>
 
 #include <deque>
+#include <memory>
 
 namespace tpuc_torch {
 
@@ -66,12 +68,14 @@ bool describe(const at::Tensor& t, tpuc_tensor* out) {
 namespace {
 
 // Everything one native call needs to stay alive until tpuc_op_run returns.
+// Small calls (nearly all) live on the stack: no allocation here on a hit.
 struct NativeCall {
-  std::vector<tpuc_arg> args;
-  std::vector<tpuc_tensor> tensors;
-  std::vector<tpuc_tensor> outputs;
-  std::deque<std::vector<int64_t>> int_lists;
-  std::deque<std::string> strings;
+  c10::SmallVector<tpuc_arg, 12> args;
+  c10::SmallVector<tpuc_tensor, 6> tensors;
+  c10::SmallVector<tpuc_tensor, 4> outputs;
+  // made on first use (a std::deque allocates when constructed)
+  std::unique_ptr<std::deque<std::vector<int64_t>>> int_lists;
+  std::unique_ptr<std::deque<std::string>> strings;
   std::vector<at::Tensor> keep;  // uploaded CPU tensors
   int device = -1;
 };
@@ -85,6 +89,9 @@ struct NotNative {
 struct MetaState {
   torch::jit::Stack stack;   // the arguments' stand-ins, then the results
   int device = -1;           // the tpu device of the call
+  // a cache hit: the cached results (then `stack` is unused)
+  std::shared_ptr<const OpInfo::MetaResult> hit;
+  const torch::jit::Stack& results() const { return hit ? hit->results : stack; }
 };
 
 // A tpu tensor's stand-in on the Meta device; CPU tensors stay (the Meta
@@ -250,16 +257,17 @@ bool meta_key(const torch::jit::Stack& stack, size_t begin, size_t nargs, const 
       if (!key_tensor(k, v.toTensor(), device)) return false;
     } else if (v.isTensorList()) {
       key_val<int8_t>(k, 2);
-      auto ts = v.toTensorVector();
+      auto ts = v.toListRef();  // references: no copy of the tensors (a copy costs the GIL)
       key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
-      for (const at::Tensor& t : ts)
-        if (!key_tensor(k, t, device)) return false;
+      for (const c10::IValue& t : ts)
+        if (!key_tensor(k, t.toTensor(), device)) return false;
     } else if (v.isOptionalTensorList()) {
       key_val<int8_t>(k, 3);
-      auto ts = v.toOptionalTensorVector();
+      auto ts = v.toListRef();
       key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
-      for (const auto& t : ts)
-        if (!key_tensor(k, t.has_value() ? *t : at::Tensor(), device)) return false;
+      static const at::Tensor kNone;
+      for (const c10::IValue& t : ts)
+        if (!key_tensor(k, t.isTensor() ? t.toTensor() : kNone, device)) return false;
     } else if (v.isNone()) {
       key_val<int8_t>(k, 4);
     } else if (v.isInt()) {  // integer Scalars too: checks may read them (int ** -1)
@@ -317,14 +325,14 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
     auto it = info.meta_cache.find(key);
     if (it != info.meta_cache.end()) {
       ms.device = device;
-      ms.stack = it->second.results;
-      return it->second.ok;
+      ms.hit = it->second;  // a reference: the results are never written
+      return ms.hit->ok;
     }
   }
   bool ok = run_meta(op, stack, ms, info.own_grouped_mm_meta);  // raises PyTorch's errors: nothing cached then
-  OpInfo::MetaResult r;
-  r.ok = ok;
-  if (ok) r.results = ms.stack;
+  auto r = std::make_shared<OpInfo::MetaResult>();
+  r->ok = ok;
+  if (ok) r->results = ms.stack;
   std::lock_guard<std::mutex> lock(info.meta_mu);
   if (info.meta_cache.size() >= 512) info.meta_cache.clear();  // bounded
   info.meta_cache.emplace(key, std::move(r));
@@ -333,15 +341,19 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
 
 int add_tensor(const at::Tensor& t, NativeCall& call) {
   tpuc_tensor d{};
-  at::Tensor dev = t;
+  // No copy of `t` itself: taking a reference to a tensor Python holds costs
+  // the GIL (the TensorImpl's PyObject is kept alive with it).
+  const at::Tensor* src = &t;
   if (!t.is_privateuseone()) {  // a CPU scalar, or CPU indices: upload
-    dev = empty_tpu(t.sizes(), {}, t.scalar_type(), static_cast<c10::DeviceIndex>(call.device));
+    at::Tensor dev = empty_tpu(t.sizes(), {}, t.scalar_type(), static_cast<c10::DeviceIndex>(call.device));
     dev.copy_(t);
-    call.keep.push_back(dev);
+    call.keep.push_back(std::move(dev));
+    src = &call.keep.back();
   } else if (t.is_conj() || t.is_neg()) {  // a lazy conj/neg (mm takes them): materialize
-    dev = t.resolve_conj().resolve_neg();
-    call.keep.push_back(dev);
+    call.keep.push_back(t.resolve_conj().resolve_neg());
+    src = &call.keep.back();
   }
+  const at::Tensor& dev = *src;
   if (!describe(dev, &d))
     throw NotNative{std::string("a tensor of dtype ") + c10::toString(t.scalar_type()) +
                     " or rank " + std::to_string(t.dim()) + " the core cannot take"};
@@ -392,18 +404,13 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
       return a;
     case Kind::TensorList:
     case Kind::OptTensorList: {
-      std::vector<at::Tensor> ts;
-      if (v.isTensorList()) {
-        ts = v.toTensorVector();
-      } else {
-        for (const auto& t : v.toOptionalTensorVector()) ts.push_back(t.value_or(at::Tensor()));
-      }
+      auto ts = v.toListRef();  // references: no copy of the tensors (a copy costs the GIL)
       a.kind = TPUC_ARG_TENSORS;
       a.tensors.first = static_cast<int>(call.tensors.size());
       a.tensors.count = static_cast<int>(ts.size());
-      for (const at::Tensor& t : ts) {
-        if (t.defined()) {
-          add_tensor(t, call);
+      for (const c10::IValue& e : ts) {
+        if (e.isTensor() && e.toTensor().defined()) {
+          add_tensor(e.toTensor(), call);
         } else {  // None in a Tensor?[] (x[:, idx]): an absent tensor
           call.tensors.push_back(tpuc_tensor{});
         }
@@ -433,16 +440,18 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
       } else {
         throw NotNative{"a symbolic int list"};
       }
-      call.int_lists.push_back(std::move(xs));
+      if (!call.int_lists) call.int_lists = std::make_unique<std::deque<std::vector<int64_t>>>();
+      call.int_lists->push_back(std::move(xs));
       a.kind = kind == Kind::IntList ? TPUC_ARG_INTS : TPUC_ARG_BOOLS;
-      a.ints.v = call.int_lists.back().data();
-      a.ints.n = static_cast<int>(call.int_lists.back().size());
+      a.ints.v = call.int_lists->back().data();
+      a.ints.n = static_cast<int>(call.int_lists->back().size());
       return a;
     }
     case Kind::String:
-      call.strings.push_back(v.toStringRef());
+      if (!call.strings) call.strings = std::make_unique<std::deque<std::string>>();
+      call.strings->push_back(v.toStringRef());
       a.kind = TPUC_ARG_STRING;
-      a.s = call.strings.back().c_str();
+      a.s = call.strings->back().c_str();
       return a;
     case Kind::Generator: {
       at::Generator g = tpu_generator(v, static_cast<c10::DeviceIndex>(call.device));
@@ -542,19 +551,25 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
       return false;
     }
     call.device = ms.device;
-    eval_batch_norm_stats(schema, info, *stack, begin, ms.stack);
-    const torch::jit::Stack& meta = ms.stack;
+    if (info.bn_eval != OpInfo::BnEval::None) {  // it edits the results: a copy of a hit's
+      if (ms.hit) {
+        ms.stack = ms.hit->results;
+        ms.hit.reset();
+      }
+      eval_batch_norm_stats(schema, info, *stack, begin, ms.stack);
+    }
+    const torch::jit::Stack& meta = ms.results();
     TORCH_INTERNAL_ASSERT(meta.size() == rets.size());
     const auto device = static_cast<c10::DeviceIndex>(call.device);
 
     // 2. Outputs: mutated arguments follow the Meta kernel; others are fresh.
-    std::vector<c10::IValue> results;
+    c10::SmallVector<c10::IValue, 4> results;
     int64_t draws = 0;
     for (size_t i = 0; i < rets.size(); ++i) {
       const c10::IValue& m = meta[i];
       const c10::AliasInfo* alias = rets[i].alias_info();
       if (alias && alias->isWrite()) {
-        int j = aliased_argument(schema, *alias);
+        int j = info.ret_alias_arg[i];
         TORCH_INTERNAL_ASSERT(j >= 0, info.name, ": a mutable return without its argument");
         const c10::IValue& real = (*stack)[begin + j];
         if (m.isTensor()) {
@@ -593,18 +608,11 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     }
     // Then the arguments the op writes without returning them (_foreach_*_,
     // _fused_adamw_, native_batch_norm's running stats), in argument order.
-    std::vector<bool> returned(nargs, false);
-    for (const auto& r : rets)
-      if (r.alias_info() && r.alias_info()->isWrite()) {
-        int j = aliased_argument(schema, *r.alias_info());
-        if (j >= 0) returned[j] = true;
-      }
-    for (size_t j = 0; j < nargs; ++j) {
-      if (returned[j] || !info.writes(j)) continue;
+    for (int j : info.unreturned_writes) {
       const c10::IValue& v = (*stack)[begin + j];  // None: nothing to write
       if (v.isTensor() && v.toTensor().defined()) add_output(v.toTensor(), call);
       if (v.isTensorList())
-        for (const at::Tensor& t : v.toTensorVector()) add_output(t, call);
+        for (const c10::IValue& t : v.toListRef()) add_output(t.toTensor(), call);
     }
 
     // 3. The arguments, in schema order (+ the default generator for random

@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -43,7 +44,13 @@ struct OpInfo {
     torch::jit::Stack results;  // Meta tensors (metadata only, never written)
   };
   std::mutex meta_mu;
-  std::unordered_map<std::string, MetaResult> meta_cache;
+  // shared: a hit takes a reference instead of copying the results
+  std::unordered_map<std::string, std::shared_ptr<const MetaResult>> meta_cache;
+  // From the schema, made once (fallback.cpp, info_for): per return, the
+  // argument a mutable return aliases (-1: none); the arguments the op
+  // writes without returning them, in argument order.
+  std::vector<int> ret_alias_arg;
+  std::vector<int> unreturned_writes;
   bool meta_uses_scalar_values = false;  // arange/linspace: Scalars shape the output
   // Special handling, decided once per operator (never by name per call):
   int mask_indices_arg = -1;  // index ops: `indices` (Tensor?[]) whose masks become long indices

@@ -173,7 +173,44 @@ void key_slots(keybuf *k, const slot_set *s, const bool *read, const bool *live)
   }
 }
 
-uint64_t key_hash(const keybuf *k) { return tpuc_hash64(k->b, k->len, 0x7475706375ull); }
+/* The signature cache's hash, eight bytes at a time (a signature is a few
+ * hundred bytes, hashed on every op: a byte-wise hash cost more than the
+ * lookup). Four independent multiply-xorshift lanes, folded at the end; the
+ * cache compares whole keys, so this only has to spread them. */
+static inline uint64_t mix64(uint64_t h) {
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ull;
+  h ^= h >> 32;
+  return h;
+}
+
+uint64_t key_hash(const keybuf *k) {
+  const unsigned char *p = k->b;
+  size_t n = k->len;
+  uint64_t l[4] = {0x7475706375ull, 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
+                   0x165667b19e3779f9ull};
+  while (n >= 32) {
+    for (int j = 0; j < 4; j++) {
+      uint64_t w;
+      memcpy(&w, p + 8 * j, 8);
+      l[j] = (l[j] ^ w) * 0x9fb21c651e98df25ull;
+      l[j] ^= l[j] >> 29;
+    }
+    p += 32;
+    n -= 32;
+  }
+  uint64_t h = l[0] ^ mix64(l[1]) ^ mix64(mix64(l[2])) ^ (l[3] * 0xff51afd7ed558ccdull);
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = mix64((h ^ w) * 0x9fb21c651e98df25ull);
+    p += 8;
+    n -= 8;
+  }
+  uint64_t t = 0;
+  memcpy(&t, p, n);
+  return mix64((h ^ t ^ ((uint64_t)k->len << 56)) * 0x9fb21c651e98df25ull);
+}
 
 /* ---- the signature cache ---- */
 fast_entry *entry_new(const keybuf *k, uint64_t hash) {
@@ -190,8 +227,45 @@ fast_entry *entry_new(const keybuf *k, uint64_t hash) {
   return e;
 }
 
+/* A scalar parameter's buffer kept for the next launch of the same plan: a
+ * loop passes the same alpha, eps or learning rate every time, and
+ * uploading it cost about as much as the rest of the launch. The buffer is
+ * the runtime's (like the executable), so it is not counted as a tensor's
+ * memory. */
+struct scalar_cache {
+  tpuc_arg arg;
+  tpuc_buffer *buf;
+};
+
+static void scalar_cache_free(struct scalar_cache *c) {
+  if (!c) return;
+  tpuc_buffer_release(c->buf);
+  free(c);
+}
+
+static bool same_scalar(const tpuc_arg *a, const tpuc_arg *b) {
+  if (a->kind != b->kind || a->kind != TPUC_ARG_SCALAR || a->scalar.kind != b->scalar.kind)
+    return false;
+  switch (a->scalar.kind) {
+    case TPUC_SCALAR_BOOL:
+    case TPUC_SCALAR_INT: return a->scalar.i == b->scalar.i;
+    case TPUC_SCALAR_COMPLEX:
+      return !memcmp(&a->scalar.re, &b->scalar.re, sizeof a->scalar.re) &&
+             !memcmp(&a->scalar.im, &b->scalar.im, sizeof a->scalar.im);
+    default: return !memcmp(&a->scalar.re, &b->scalar.re, sizeof a->scalar.re); /* bits: -0.0, NaN */
+  }
+}
+
+static void scalars_free(fast_entry *e) {
+  for (int i = 0; e->scalars && i < e->nparams; i++)
+    scalar_cache_free(atomic_exchange(&e->scalars[i], NULL));
+  free((void *)e->scalars);
+  e->scalars = NULL;
+}
+
 void entry_free(fast_entry *e) {
   if (!e) return;
+  scalars_free(e);
   tpuc_executable_release(e->exe);
   free(e->declined);
   free(e->params);
@@ -499,9 +573,11 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
       goto done;
     }
   }
+  scalars_free(e);
   free(e->params);
   free(e->result_slot);
   e->name = name;
+  e->scalars = calloc((size_t)bd.nparams + 1, sizeof *e->scalars); /* NULL: nothing kept */
   e->nparams = bd.nparams;
   e->params = bd.params;
   bd.params = NULL;
@@ -579,8 +655,25 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
       donate[i] = atomic_load(&rt->donate) && e->aliased && e->aliased[i] &&
                   atomic_load(&args[i]->refs) == 2 && !(wait && e->checks);
     } else {
-      st = plan_arg_buffer(rt, device, &calls[p->op]->args[p->arg], &args[i]);
+      const tpuc_arg *a = &calls[p->op]->args[p->arg];
+      struct scalar_cache *c = e->scalars && a->kind == TPUC_ARG_SCALAR
+                                   ? atomic_exchange(&e->scalars[i], NULL) : NULL;
+      if (c && c->buf->device == device && same_scalar(&c->arg, a)) {
+        args[i] = tpuc_buffer_retain(c->buf);
+      } else {
+        scalar_cache_free(c);
+        c = NULL;
+        st = plan_arg_buffer(rt, device, a, &args[i]);
+        if (!st && e->scalars && a->kind == TPUC_ARG_SCALAR && (c = malloc(sizeof *c))) {
+          c->arg = *a;
+          c->buf = tpuc_buffer_retain(args[i]);
+          tpuc_buffer_unaccount(c->buf);
+        }
+      }
       made[i] = !st;
+      struct scalar_cache *expected = NULL;
+      if (c && !atomic_compare_exchange_strong(&e->scalars[i], &expected, c))
+        scalar_cache_free(c); /* another thread kept one meanwhile */
     }
   }
   if (!st) {

@@ -66,6 +66,9 @@ typedef struct tpuc_fast_entry {
   bool *aliased;    /* per parameter: an output may reuse its buffer (donation) */
   check_set *checks; /* the run-time checks, returned as one more result; NULL: none */
   const char *name; /* static: the op's name or "fused chunk" (events) */
+  /* per parameter: the device buffer of the scalar it was last launched
+   * with (NULL: none kept, or the parameter is no scalar); plan.c */
+  struct scalar_cache *_Atomic *scalars;
   struct tpuc_fast_entry *next;
 } fast_entry;
 

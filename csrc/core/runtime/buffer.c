@@ -103,6 +103,7 @@ tpuc_status *tpuc_buffer_wrap(tpuc_runtime *rt, int device, pj_buffer *pb, tpuc_
   }
   atomic_init(&b->refs, 1);
   atomic_init(&b->donated, false);
+  atomic_init(&b->unaccounted, false);
   b->rt = rt;
   b->buf = pb;
   b->device = device;
@@ -282,10 +283,16 @@ void tpuc_buffer_release(tpuc_buffer *b) {
   d.struct_size = PJ_SIZE(pj_buffer_destroy_args, buffer);
   d.buffer = b->buf;
   if (destroy) tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&d), NULL));
-  if (!atomic_load(&b->donated)) /* a donated buffer's bytes left with the donation */
+  /* a donated buffer's bytes left with the donation */
+  if (!atomic_load(&b->donated) && !atomic_load(&b->unaccounted))
     tpuc_runtime_account(rt, b->device, -(int64_t)b->nbytes);
   atomic_fetch_sub(&rt->live_objects, 1);
   free(b);
+}
+
+void tpuc_buffer_unaccount(tpuc_buffer *b) {
+  if (!atomic_exchange(&b->unaccounted, true) && !atomic_load(&b->donated))
+    tpuc_runtime_account(b->rt, b->device, -(int64_t)b->nbytes);
 }
 
 tpuc_dtype tpuc_buffer_dtype(const tpuc_buffer *b) { return b->dtype; }

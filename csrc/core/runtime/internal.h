@@ -144,7 +144,13 @@ struct tpuc_buffer {
   int64_t numel;
   size_t nbytes;
   atomic_bool donated; /* consumed by a program: its memory is the output's now */
+  atomic_bool unaccounted; /* the runtime's own (a kept scalar): not in the memory stats */
 };
+
+/* Takes b out of the device's memory statistics (a buffer the runtime keeps
+ * for itself, like a kept scalar parameter); its release then leaves them
+ * alone. */
+void tpuc_buffer_unaccount(tpuc_buffer *b);
 
 /* Wraps a plugin buffer (takes ownership) into a tpuc_buffer. */
 tpuc_status *tpuc_buffer_wrap(tpuc_runtime *rt, int device, pj_buffer *pb, tpuc_dtype dtype,
