@@ -108,6 +108,7 @@ def _ac_run(ac: bool, p: float, steps: int = 3) -> dict:
     f = torch.compile(lambda x: net(x), backend="tpu")
     g = torch.Generator().manual_seed(3)
     torch.tpu.manual_seed(7)
+    s0 = torch.tpu.stats()
     losses, peaks = [], []
     for _ in range(steps):
         x = torch.randn(256, 32, generator=g).to("tpu")
@@ -119,19 +120,25 @@ def _ac_run(ac: bool, p: float, steps: int = 3) -> dict:
         peaks.append(torch.tpu.max_memory_allocated())
         losses.append(loss.detach().cpu())
     grads = {k: p.grad.cpu() for k, p in net.named_parameters()}
+    s1 = torch.tpu.stats()
     torch._dynamo.reset()
-    return {"losses": torch.stack(losses), "grads": grads, "peak": peaks[-1]}
+    return {"losses": torch.stack(losses), "grads": grads, "peak": peaks[-1],
+            "replays": s1["graph_replays"] - s0["graph_replays"],
+            "unreplayed": [r for r in s1["graph_replay_reasons"]  # graph ids are new
+                           if "not replayed" in r and r not in s0["graph_replay_reasons"]]}
 
 
 def test_activation_checkpointing_recomputes_with_the_same_dropout() -> None:
     """torch.utils.checkpoint around blocks with dropout inside a compiled
-    model: the backward recomputes each block from the forward's generator
-    state (torch's run_and_save_rng_state / run_with_rng_state, given tpu
-    kernels by tpuc), so losses and gradients equal the model without
+    model: the backward recomputes each block, reading the dropout masks the
+    forward drew and kept (tpuc's partitioner saves a checkpointed region's
+    random bits), so losses and gradients equal the model without
     checkpointing; a different dropout mask in the recompute would change the
-    gradients by O(1)."""
+    gradients by O(1). The graphs are replayed, and the peak falls."""
     plain, ac = _ac_run(False, 0.3), _ac_run(True, 0.3)
     assert torch.equal(plain["losses"], ac["losses"])
+    assert ac["peak"] < plain["peak"], (ac["peak"], plain["peak"])
+    assert ac["replays"] > 0 and not ac["unreplayed"], ac
     for k, g in plain["grads"].items():
         # the recomputed forward is another program, which XLA may fuse
         # differently from the forward: float32 rounding in the last bits
