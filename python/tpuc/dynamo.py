@@ -30,6 +30,14 @@ launched when a result is read, when an eager op uses a result, at
 ``torch.tpu.synchronize()``, or when a graph already recorded since the last
 launch starts again (the next step).
 
+The backward graph is launched as consecutive programs
+(``TPUC_BACKWARD_PROGRAMS``, default 2; ``_split_runner``), so that the saved
+activations only its first part reads are freed before the rest runs, and
+the forward/backward split is AOTAutograd's min-cut partitioner, with the
+random bits of a checkpointed region kept rather than drawn again
+(``_partition``): the compiled step's peak stays at or below strict eager's,
+and checkpointed dropout is replayed.
+
 Eager code around graph breaks runs in the current eager mode; in "debug"
 mode each graph is recorded and runs as soon as it is recorded, so errors
 surface at once. A new input shape makes dynamo recompile (its guards), which
