@@ -55,7 +55,8 @@ import numpy as np
 import torch
 
 _lock = threading.Lock()
-_graphs_compiled = 0
+_graphs_compiled = 0  # graphs the backend was given (dynamo_compiles)
+_programs_made = 0  # graph runners, a split backward's parts each (graph ids)
 _GRAPH = 3
 _DEBUG = 1
 _MODES = ("replay", "record", "join")
@@ -163,15 +164,18 @@ def _unwrap_deterministic_rng(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    global _graphs_compiled
+def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                  part: bool = False) -> Callable:
+    global _graphs_compiled, _programs_made
     from . import _C
 
     _unwrap_deterministic_rng(gm)
 
     with _lock:
-        _graphs_compiled += 1
-        gid = _graphs_compiled
+        if not part:
+            _graphs_compiled += 1
+        _programs_made += 1
+        gid = _programs_made
     plans: list[Any] = []  # kept programs, the last one used first
     never: list[str] = []  # why this graph cannot be replayed (once known)
 
@@ -369,7 +373,10 @@ def _split_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     # along a dependency, so the parts run one after the other
     top = split_module(gm, None, lambda n: index[n] * parts // len(compute),
                        keep_original_order=True, tuple_return=True)
-    runners = {name: _graph_runner(sub, []) for name, sub in top.named_children()}
+    global _graphs_compiled
+    with _lock:
+        _graphs_compiled += 1  # one graph for dynamo_compiles, whatever its parts
+    runners = {name: _graph_runner(sub, [], part=True) for name, sub in top.named_children()}
     nodes = list(top.graph.nodes)
     last: dict[torch.fx.Node, int] = {}
     for i, n in enumerate(nodes):
