@@ -301,12 +301,20 @@ def write(root: str, machine: dict, quick: bool) -> str:
                          f"{_fmt(row['vs_fused']) + 'x' if row.get('vs_fused') else ''} |")
             L.append("")
         if r.get("memory_rows"):
-            L += [f"Peak device memory ({r.get('memory_model')} model):", "",
-                  "| model | contender | activation checkpointing | peak MB | step s |",
-                  "|---|---|---|---|---|"]
+            strict = {(row.get("model"), row["ac"]): row["peak_bytes"] for row in r["memory_rows"]
+                      if row["contender"] == "tpu strict" and "peak_bytes" in row}
+
+            def _vs_strict(row: dict) -> str:
+                base = strict.get((row.get("model"), row["ac"]))
+                return f"{row['peak_bytes'] / base:.3f}x" if base else ""
+
+            L += [f"Peak device memory ({r.get('memory_model')} model; peak / strict's at the "
+                  "same checkpointing):", "",
+                  "| model | contender | activation checkpointing | peak MB | vs strict | step s |",
+                  "|---|---|---|---|---|---|"]
             L += [f"| {row.get('model', '')} | {row['contender']} | {'yes' if row['ac'] else 'no'} | "
-                  + (f"error: {row['error'][:80]} | |" if "error" in row else
-                     f"{row['peak_bytes'] / 1e6:.1f} | {_fmt(row['step_s'])} |")
+                  + (f"error: {row['error'][:80]} | | |" if "error" in row else
+                     f"{row['peak_bytes'] / 1e6:.2f} | {_vs_strict(row)} | {_fmt(row['step_s'])} |")
                   for row in r["memory_rows"]]
             L.append("")
         if r.get("copy_rows"):

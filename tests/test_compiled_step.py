@@ -108,6 +108,7 @@ def _ac_run(ac: bool, p: float, steps: int = 3) -> dict:
     f = torch.compile(lambda x: net(x), backend="tpu")
     g = torch.Generator().manual_seed(3)
     torch.tpu.manual_seed(7)
+    s0 = torch.tpu.stats()
     losses, peaks = [], []
     for _ in range(steps):
         x = torch.randn(256, 32, generator=g).to("tpu")
@@ -119,19 +120,25 @@ def _ac_run(ac: bool, p: float, steps: int = 3) -> dict:
         peaks.append(torch.tpu.max_memory_allocated())
         losses.append(loss.detach().cpu())
     grads = {k: p.grad.cpu() for k, p in net.named_parameters()}
+    s1 = torch.tpu.stats()
     torch._dynamo.reset()
-    return {"losses": torch.stack(losses), "grads": grads, "peak": peaks[-1]}
+    return {"losses": torch.stack(losses), "grads": grads, "peak": peaks[-1],
+            "replays": s1["graph_replays"] - s0["graph_replays"],
+            "unreplayed": [r for r in s1["graph_replay_reasons"]  # graph ids are new
+                           if "not replayed" in r and r not in s0["graph_replay_reasons"]]}
 
 
 def test_activation_checkpointing_recomputes_with_the_same_dropout() -> None:
     """torch.utils.checkpoint around blocks with dropout inside a compiled
-    model: the backward recomputes each block from the forward's generator
-    state (torch's run_and_save_rng_state / run_with_rng_state, given tpu
-    kernels by tpuc), so losses and gradients equal the model without
+    model: the backward recomputes each block, reading the dropout masks the
+    forward drew and kept (tpuc's partitioner saves a checkpointed region's
+    random bits), so losses and gradients equal the model without
     checkpointing; a different dropout mask in the recompute would change the
-    gradients by O(1)."""
+    gradients by O(1). The graphs are replayed, and the peak falls."""
     plain, ac = _ac_run(False, 0.3), _ac_run(True, 0.3)
     assert torch.equal(plain["losses"], ac["losses"])
+    assert ac["peak"] < plain["peak"], (ac["peak"], plain["peak"])
+    assert ac["replays"] > 0 and not ac["unreplayed"], ac
     for k, g in plain["grads"].items():
         # the recomputed forward is another program, which XLA may fuse
         # differently from the forward: float32 rounding in the last bits
@@ -184,3 +191,39 @@ def test_checkpointed_transformer_is_replayed_and_matches() -> None:
     torch._dynamo.reset()
     assert torch.equal(res[True][0], res[False][0])
     assert res[True][1] == res[False][1] >= 3 * 3, res  # forward, backward, AdamW replayed
+
+
+def test_activation_checkpointing_matches_cpu() -> None:
+    """The checkpointed, replayed compiled model computes PyTorch's values:
+    losses and gradients of three steps (no dropout) against the same model
+    on the CPU, with the bound derived from the CPU's own float32 error
+    against float64."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from tpu_testing import assert_as_accurate
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    nets = {k: _Net(k == "tpu", 0.0) for k in ("tpu", "cpu", "f64")}
+    nets["cpu"].load_state_dict(nets["tpu"].state_dict())
+    nets["f64"].load_state_dict(nets["tpu"].state_dict())
+    nets["tpu"].to("tpu")
+    nets["f64"].double()
+    f = torch.compile(lambda x: nets["tpu"](x), backend="tpu")
+    g = torch.Generator().manual_seed(3)
+    s0 = torch.tpu.stats()["graph_replays"]
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in nets}
+    for _ in range(3):
+        x = torch.randn(256, 32, generator=g)
+        for k, net in nets.items():
+            if k == "tpu":
+                loss = f(x.to("tpu"))
+            else:
+                loss = net(x.double() if k == "f64" else x)
+            loss.backward()
+            out[k].append(loss.detach().cpu())
+    assert torch.tpu.stats()["graph_replays"] - s0 >= 2 * 2  # forward and backward parts
+    assert_as_accurate(*(torch.stack(out[k]) for k in ("tpu", "cpu", "f64")))
+    for (name, p), q, r in zip(nets["tpu"].named_parameters(), nets["cpu"].parameters(),
+                               nets["f64"].parameters()):
+        assert_as_accurate(p.grad, q.grad, r.grad)  # accumulated over the three steps
+    torch._dynamo.reset()

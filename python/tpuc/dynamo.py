@@ -30,6 +30,14 @@ launched when a result is read, when an eager op uses a result, at
 ``torch.tpu.synchronize()``, or when a graph already recorded since the last
 launch starts again (the next step).
 
+The backward graph is launched as consecutive programs
+(``TPUC_BACKWARD_PROGRAMS``, default 2; ``_split_runner``), so that the saved
+activations only its first part reads are freed before the rest runs, and
+the forward/backward split is AOTAutograd's min-cut partitioner, with the
+random bits of a checkpointed region kept rather than drawn again
+(``_partition``): the compiled step's peak stays at or below strict eager's,
+and checkpointed dropout is replayed.
+
 Eager code around graph breaks runs in the current eager mode; in "debug"
 mode each graph is recorded and runs as soon as it is recorded, so errors
 surface at once. A new input shape makes dynamo recompile (its guards), which
@@ -38,14 +46,17 @@ the backend counts in ``torch.tpu.stats()["dynamo_compiles"]``.
 from __future__ import annotations
 
 import collections
+import operator
 import os
 import threading
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 _lock = threading.Lock()
-_graphs_compiled = 0
+_graphs_compiled = 0  # graphs the backend was given (dynamo_compiles)
+_programs_made = 0  # graph runners, a split backward's parts each (graph ids)
 _GRAPH = 3
 _DEBUG = 1
 _MODES = ("replay", "record", "join")
@@ -153,15 +164,18 @@ def _unwrap_deterministic_rng(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
-def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    global _graphs_compiled
+def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                  part: bool = False) -> Callable:
+    global _graphs_compiled, _programs_made
     from . import _C
 
     _unwrap_deterministic_rng(gm)
 
     with _lock:
-        _graphs_compiled += 1
-        gid = _graphs_compiled
+        if not part:
+            _graphs_compiled += 1
+        _programs_made += 1
+        gid = _programs_made
     plans: list[Any] = []  # kept programs, the last one used first
     never: list[str] = []  # why this graph cannot be replayed (once known)
 
@@ -251,6 +265,148 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     return run
 
 
+def _draws_random_bits(n: torch.fx.Node) -> bool:
+    """A node of a seeded random op that really draws (the fused attention op
+    is tagged as random but draws nothing without dropout)."""
+    tags = getattr(n.target, "tags", ())
+    if n.op != "call_function" or torch.Tag.nondeterministic_seeded not in tags:
+        return False
+    if n.target is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default:
+        p = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
+        return p != 0.0
+    return True
+
+
+def _is_backward(n: torch.fx.Node) -> bool:
+    return n.meta.get("partitioner_tag") == "is_backward"
+
+
+def _save_random_bits(joint: torch.fx.GraphModule, n: torch.fx.Node) -> None:
+    """A random op in a recomputed region: its bits are kept for the backward
+    instead of drawn again. native_dropout keeps only its bool mask: the
+    backward's uses of its output read `native_dropout_backward(x, mask,
+    scale)`, recomputed from the region's recomputed input (the same values
+    as the forward's output, up to the sign of dropped zeros)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    users = list(n.users)
+    n.meta.pop("recompute", None)  # drawn once, in the forward
+    if n.target is torch.ops.aten.native_dropout.default and len(n.args) >= 2:
+        outs = {u.args[1]: u for u in users if u.target is operator.getitem}
+        x, p = n.args[0], float(n.args[1])
+        q = np.float32(1.0) - np.float32(p)  # the scale as the lowering computes it
+        scale = 0.0 if q == 0 else float(np.float32(1.0) / q)
+        for k, u in outs.items():  # the output is the forward's; the mask is kept
+            if k == 1:
+                u.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+            else:
+                u.meta.pop("recompute", None)
+        if 0 in outs and 1 in outs:
+            y, mask = outs[0], outs[1]
+            late = [u for u in y.users if _is_backward(u)]
+            if late:
+                with joint.graph.inserting_after(mask):
+                    r = joint.graph.call_function(
+                        torch.ops.aten.native_dropout_backward.default, (x, mask, scale))
+                r.meta = {k: v for k, v in y.meta.items()}
+                r.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+                for u in late:
+                    u.replace_input_with(y, r)
+            return
+    if isinstance(n.meta.get("val"), (tuple, list)):
+        for u in users:
+            u.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+    else:
+        n.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+
+
+def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+    """AOTAutograd's min-cut partitioner (the backward recomputes what is
+    cheaper to recompute than to keep, e.g. elementwise chains, where the
+    default partitioner saves every intermediate). In a checkpointed region a
+    random op's bits are saved instead of drawn again (_save_random_bits):
+    PyTorch's recompute restores the generator from a CPU state tensor
+    (run_with_rng_state), which a kept program cannot follow, so such graphs
+    could not be replayed; everything else in the region is recomputed."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    recompute = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
+    changed = False
+    for n in list(joint.graph.nodes):
+        if n.meta.get("recompute") in recompute and _draws_random_bits(n):
+            _save_random_bits(joint, n)
+            changed = True
+    if changed:
+        joint.recompile()
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+
+def _backward_parts() -> int:
+    v = os.environ.get("TPUC_BACKWARD_PROGRAMS", "2").strip()
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"TPUC_BACKWARD_PROGRAMS={v!r}: expected a whole number >= 1") from None
+    if n < 1:
+        raise ValueError(f"TPUC_BACKWARD_PROGRAMS={v!r}: expected a whole number >= 1")
+    return n
+
+
+def _split_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    """The backward graph launched as consecutive programs (each recorded and
+    replayed like any graph): the saved activations that only the first part
+    reads are freed before the next part runs, as eager autograd frees each
+    saved tensor after its last use, instead of staying alive next to every
+    gradient and the whole backward's scratch memory."""
+    from torch.fx.node import map_arg
+    from torch.fx.passes.split_module import split_module
+
+    parts = _backward_parts()
+    _unwrap_deterministic_rng(gm)
+    compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    parts = min(parts, len(compute))
+    if parts <= 1:
+        return _graph_runner(gm, example_inputs)
+    index = {n: i for i, n in enumerate(compute)}
+    # node order is a topological order: the part numbers never decrease
+    # along a dependency, so the parts run one after the other
+    top = split_module(gm, None, lambda n: index[n] * parts // len(compute),
+                       keep_original_order=True, tuple_return=True)
+    global _graphs_compiled
+    with _lock:
+        _graphs_compiled += 1  # one graph for dynamo_compiles, whatever its parts
+    runners = {name: _graph_runner(sub, [], part=True) for name, sub in top.named_children()}
+    nodes = list(top.graph.nodes)
+    last: dict[torch.fx.Node, int] = {}
+    for i, n in enumerate(nodes):
+        for a in n.all_input_nodes:
+            last[a] = i
+
+    def run(args: list[Any]) -> Any:
+        inputs = list(reversed(args))  # popped one by one: nothing else holds them
+        args.clear()  # boxed call: the saved tensors are ours to drop
+        env: dict[torch.fx.Node, Any] = {}
+        out = None
+        for i, n in enumerate(nodes):
+            if n.op == "placeholder":
+                env[n] = inputs.pop()
+            elif n.op == "call_module":
+                env[n] = runners[n.target]([env[a] for a in n.args])
+            elif n.op == "call_function":
+                fa = map_arg(n.args, lambda a: env[a])
+                env[n] = n.target(*fa, **n.kwargs)
+            elif n.op == "output":
+                out = map_arg(n.args[0], lambda a: env[a])
+            for a in n.all_input_nodes:
+                if last[a] == i:
+                    del env[a]
+        return out
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
 def _make_backend() -> Callable:
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
@@ -261,8 +417,9 @@ def _make_backend() -> Callable:
     # backward cannot use, and saves the whole probability matrix)
     decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     return aot_autograd(
+        partition_fn=_partition,
         fw_compiler=_graph_runner,
-        bw_compiler=_graph_runner,
+        bw_compiler=_split_runner,
         inference_compiler=_graph_runner,
         decompositions=decompositions,
         # an optimizer step's in-place updates stay in its graph (no eager copy_ after it)
