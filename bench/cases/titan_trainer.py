@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tpuc.integrations.torchtitan.procs import free_port as _port
+from tpuc.integrations.torchtitan.procs import kill_tree as _kill_tree
 
 from .common import compiled_available, fused_available, tpu_available
 
@@ -39,39 +40,6 @@ RECIPES = {
     "qwen3 debugmodel_moe": ["--module", "qwen3", "--config", "qwen3_moe_debug"],
 }
 TIMEOUT_S = int(os.environ.get("TPUC_TITAN_BENCH_TIMEOUT", "900"))
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_tree(pid: int) -> None:
-    """torchrun and every descendant (each worker runs in a session of its own)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    todo, found = [pid], []
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    for c in found:
-        try:
-            os.kill(c, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _launch(work: Path, name: str, nproc: int, args: list[str], env_extra: dict) -> list[dict]:

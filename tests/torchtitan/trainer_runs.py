@@ -11,8 +11,6 @@ import itertools
 import json
 import os
 import resource
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuc.integrations.torchtitan.assets import ensure_assets
+from tpuc.integrations.torchtitan.procs import free_port as _port
+from tpuc.integrations.torchtitan.procs import kill_tree as _kill_tree
 
 _RUN_IDS = itertools.count(1)
 TIMEOUT_S = int(os.environ.get("TPUC_TITAN_RUN_TIMEOUT", "900"))
@@ -30,41 +30,6 @@ RECIPES = {
     "qwen3_moe": ["--module", "qwen3", "--config", "qwen3_moe_debug"],  # the debugmodel_moe flavour
     "flux": ["--module", "flux", "--config", "flux_debugmodel"],  # flux-debug (test_trainer_flux.py)
 }
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc). torchrun starts each worker in a session
-    of its own, so killing torchrun's process group alone leaves the workers running."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _kill_tree(pid: int) -> None:
-    for c in _descendants(pid):
-        try:
-            os.kill(c, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    os.killpg(pid, signal.SIGKILL)
 
 
 # every launch of this pytest process: (log name, nproc, runs, wall seconds, CPU seconds of
