@@ -84,8 +84,11 @@ def _train(kind: str, mode: str, steps: int = 20, batch_of=lambda i: 8) -> dict:
                 state[f"opt.{i}.{k}"] = v.cpu()
         counts = {k: s1[k] - s0[k]
                   for k in ("graph_records", "graph_replays", "graph_rerecords", "donations")}
+        # the reasons noted during these steps only (the process keeps the last 64 of all)
+        noted = s1["graph_replay_notes"] - s0["graph_replay_notes"]
+        reasons = s1["graph_replay_reasons"][-noted:] if noted else []
         return {"losses": losses, "state": state, "rng": torch.tpu.get_rng_state(),
-                "counts": counts, "reasons": s1["graph_replay_reasons"]}
+                "counts": counts, "reasons": reasons}
     finally:
         torch.tpu.set_graph_replay("replay")
         torch._dynamo.reset()

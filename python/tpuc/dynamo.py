@@ -18,8 +18,10 @@ advanced it. A call whose arguments fail the guards records the graph again
 (a second program is kept, up to 8 per graph); a graph that cannot be
 replayed (an op in it fell back to the CPU, it reads a tensor that is not one
 of its inputs, ...) is recorded on every call. ``torch.tpu.stats()`` counts
-``graph_records``, ``graph_replays`` and ``graph_rerecords`` and keeps the
-last 64 ``graph_replay_reasons``.
+``graph_records``, ``graph_replays`` and ``graph_rerecords``, keeps the
+last 64 ``graph_replay_reasons`` and counts every reason noted in
+``graph_replay_notes`` (the difference of two readings says how many of the
+list's last entries are new).
 
 ``TPUC_GRAPH_REPLAY=record`` records every call into the same standalone
 program (what replay must match bit for bit); ``join`` is the joined mode:
@@ -63,7 +65,7 @@ _MODES = ("replay", "record", "join")
 _MAX_PLANS = 8  # programs kept per graph (input signatures)
 # ids of the graphs recorded since the pending ops last ran (join mode)
 _recorded: list[int] = []
-_counts = {"graph_records": 0, "graph_replays": 0, "graph_rerecords": 0}
+_counts = {"graph_records": 0, "graph_replays": 0, "graph_rerecords": 0, "graph_replay_notes": 0}
 _reasons: collections.deque[str] = collections.deque(maxlen=64)
 
 
@@ -109,6 +111,7 @@ def _note(counter: str | None, reason: str | None = None) -> None:
             _counts[counter] += 1
         if reason:
             _reasons.append(reason)
+            _counts["graph_replay_notes"] += 1  # all reasons ever noted: the list keeps 64
 
 
 def _device_of(values: Any) -> int | None:
