@@ -484,14 +484,6 @@ void follow_meta(const at::Tensor& real, const at::Tensor& m) {
   restride_tpu(real, m.sizes(), m.strides());
 }
 
-// The argument that a mutable return aliases.
-int aliased_argument(const c10::FunctionSchema& schema, const c10::AliasInfo& alias) {
-  const auto& args = schema.arguments();
-  for (size_t j = 0; j < args.size(); ++j)
-    if (args[j].alias_info() && *args[j].alias_info() == alias) return static_cast<int>(j);
-  return -1;
-}
-
 // An output of the call. An undefined result (a gradient output_mask did not
 // ask for) keeps its position as an absent tensor (NULL storage).
 void add_output(const at::Tensor& t, NativeCall& call) {
@@ -518,8 +510,7 @@ void eval_batch_norm_stats(const c10::FunctionSchema& schema, const OpInfo& info
   if (!eval || meta.size() < 3 || schema.returns().size() < 3) return;
   for (size_t i = 1; i < 3; ++i) {
     if (!meta[i].isTensor()) continue;
-    const c10::AliasInfo* alias = schema.returns()[i].alias_info();
-    int j = alias && alias->isWrite() ? aliased_argument(schema, *alias) : -1;
+    int j = info.ret_alias_arg[i];  // made once from the schema (fallback.cpp)
     if (j >= 0 && stack[begin + j].isTensor()) {
       const at::Tensor& t = stack[begin + j].toTensor();
       meta[i] = at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type()));

@@ -179,13 +179,7 @@ class VLLMEngine:
             except (OSError, wire.ProtocolError):
                 sock = None
         if sock is not None:
-            try:
-                sock.settimeout(10)
-                wire.send_msg(sock, {"op": "close"})
-                wire.recv_msg(sock)
-            except (OSError, wire.ProtocolError):
-                pass
-            sock.close()
+            _say_last(sock, "close")
         if proc is not None:
             _reap(proc)
 
@@ -195,13 +189,7 @@ class VLLMEngine:
         process passes to :meth:`attach`. ``reattach()`` takes it back."""
         sock, self._sock = self._sock, None
         if sock is not None:
-            try:
-                sock.settimeout(10)
-                wire.send_msg(sock, {"op": "detach"})
-                wire.recv_msg(sock)
-            except (OSError, wire.ProtocolError):
-                pass
-            sock.close()
+            _say_last(sock, "detach")
         if self.address is None:
             raise EngineError("the engine has no address (it failed to start)")
         return self.address
@@ -327,6 +315,18 @@ def _connect(address: str, timeout: float) -> socket.socket:
         sock.close()
         raise EngineError(f"unexpected first frame from {address}: {ready}")
     return sock
+
+
+def _say_last(sock: socket.socket, op: str) -> None:
+    """Sends the connection's last request (``close`` or ``detach``), waits up to 10 s for
+    its reply and closes the socket; an engine already gone is not an error here."""
+    try:
+        sock.settimeout(10)
+        wire.send_msg(sock, {"op": op})
+        wire.recv_msg(sock)
+    except (OSError, wire.ProtocolError):
+        pass
+    sock.close()
 
 
 def _reap(proc: subprocess.Popen, grace: float = 10.0) -> None:
