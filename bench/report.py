@@ -185,6 +185,28 @@ def _dispatch_profile(p: dict | None) -> list[str]:
     return L
 
 
+def _dispatch_robust(p: dict | None) -> list[str]:
+    """The dispatch case's load-robust measure: blocks of a cached strict op and of
+    PyTorch CPU eager's, in turns, by wall clock and by the process's CPU time."""
+    if not p:
+        return []
+    if "skipped" in p:
+        return [f"Host cost per op, load-robust: not measured ({p['skipped'][:120]}).", ""]
+    L = [f"Host cost per op on a cache hit, measured to resist load ({p['op']}; one fresh "
+         f"process, {p['blocks']} blocks of {p['ops_per_block']} ops, tpu and CPU eager in "
+         "turns; CPU time = the process's, all threads):", "",
+         "| clock | tpu strict µs/op median [min, max] | CPU eager µs/op median [min, max] "
+         "| ratio of medians | ratio of minima |", "|---|---|---|---|---|"]
+    for clock, label in (("wall", "wall"), ("cpu", "process CPU time")):
+        row = p[clock]
+        t, c = row["tpu"], row["cpu"]
+        L.append(f"| {label} | {t['median']:.2f} [{t['min']:.2f}, {t['max']:.2f}] | "
+                 f"{c['median']:.2f} [{c['min']:.2f}, {c['max']:.2f}] | "
+                 f"{row['ratio_median']:.2f}x | {row['ratio_min']:.2f}x |")
+    L.append("")
+    return L
+
+
 def write(root: str, machine: dict, quick: bool) -> str:
     res = _load(root)
     docs = os.path.join(root, "docs")
@@ -214,6 +236,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
         if _plot_dispatch(r, os.path.join(docs, "perf_dispatch.png")):
             L += ["", "![dispatch](perf_dispatch.png)"]
         L.append("")
+        L += _dispatch_robust(r.get("robust"))
         L += _dispatch_profile(r.get("profile"))
     if "roofline" in res:
         r = res["roofline"]
@@ -289,7 +312,10 @@ def write(root: str, machine: dict, quick: bool) -> str:
         r = res["replay"]
         L += _header(r)
         if r.get("rows"):
-            L += [f"Batch {r.get('batch')} x sequence {r.get('seq')}.", "",
+            la = r.get("load_avg")
+            load = (f" Load average of the machine ({la['cores']} cores): {la['before'][0]:.1f} "
+                    f"at the start, {la['after'][0]:.1f} at the end." if la else "")
+            L += [f"Batch {r.get('batch')} x sequence {r.get('seq')}.{load}", "",
                   "| model | contender | host µs per step | step s | vs CPU eager | vs fused |",
                   "|---|---|---|---|---|---|"]
             for row in r["rows"]:

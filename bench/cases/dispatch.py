@@ -65,7 +65,16 @@ def run(quick: bool) -> dict:
             prof = profile(quick)
         except Exception as e:  # reported, not hidden
             prof = {"skipped": f"{type(e).__name__}: {e}"[:300]}
+    robust = None
+    if tpu_available():
+        from .dispatch_robust import measure
+
+        try:
+            robust = measure(quick)
+        except Exception as e:  # reported, not hidden
+            robust = {"skipped": f"{type(e).__name__}: {e}"[:300]}
     return {
+        "robust": robust,
         "profile": prof,
         "title": "Dispatch: host time per op on tiny tensors",
         "command": COMMAND,

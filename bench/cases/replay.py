@@ -5,6 +5,7 @@ per-graph programs that replay launches), fused eager and PyTorch CPU eager;
 and peak device memory per mode with and without activation checkpointing."""
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -40,17 +41,28 @@ def _tiny():
                        max_seq_len=32)
 
 
+class _Checkpointed(torch.nn.Module):
+    """A block run under torch.utils.checkpoint. A module holding the block,
+    not a closure stored on it: `blk.forward = closure(blk.forward)` is a
+    reference cycle, which keeps a finished contender's parameters and
+    optimizer state alive until Python's cycle collector runs, and they were
+    counted in the next contender's peak (the AC peaks read higher than
+    without AC)."""
+
+    def __init__(self, block: torch.nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x, freqs):
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.block, x, freqs, use_reentrant=False)
+
+
 def _checkpointed(model: torch.nn.Module) -> torch.nn.Module:
     """Activation checkpointing of every block (torch.utils.checkpoint)."""
-    from torch.utils.checkpoint import checkpoint
-
-    for blk in model.layers:
-        fwd = blk.forward
-
-        def ck(x, freqs, _fwd=fwd):
-            return checkpoint(_fwd, x, freqs, use_reentrant=False)
-
-        blk.forward = ck
+    for i, blk in enumerate(model.layers):
+        model.layers[i] = _Checkpointed(blk)
     return model
 
 
@@ -140,6 +152,7 @@ def _speed_rows(quick: bool) -> list[dict]:
                          "step_s": _med(c.total), "vs_cpu_eager": base / m,
                          "vs_fused": fused / m if fused else None})
         del cs
+        gc.collect()
     return rows
 
 
@@ -148,6 +161,9 @@ def _peak(cfg, name: str, ac: bool, batch: int, seq: int) -> dict:
     # (every contender compiles the same step function; past Dynamo's recompile limit a
     # later one would silently run eagerly and report an eager peak).
     torch._dynamo.reset()
+    gc.collect()  # nothing of an earlier contender may count in this one's peak
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
     c = _Contender(cfg, name, batch, seq, ac=ac)
     peak = 0
     for _ in range(3):
@@ -156,7 +172,7 @@ def _peak(cfg, name: str, ac: bool, batch: int, seq: int) -> dict:
         c.run(record=True)
         torch.tpu.synchronize()
         peak = torch.tpu.max_memory_allocated()  # the last (steady) step's
-    return {"contender": name, "ac": ac, "peak_bytes": peak,
+    return {"contender": name, "ac": ac, "peak_bytes": peak, "in_use_before": before,
             "step_s": _med(c.total)["median"]}
 
 
@@ -222,6 +238,7 @@ def run(quick: bool) -> dict:
     # eagerly without saying so.
     import torch._dynamo.config as dcfg
 
+    load_before = os.getloadavg()  # the shared machine's load: how far to trust the step times
     limit = dcfg.recompile_limit
     dcfg.recompile_limit = max(limit, 64)
     try:
@@ -248,6 +265,7 @@ def run(quick: bool) -> dict:
     return {
         "title": "Replay: the compiled step launched without recording its ops",
         "copy_rows": copies,
+        "load_avg": {"before": load_before, "after": os.getloadavg(), "cores": os.cpu_count()},
         "command": COMMAND,
         "batch": batch, "seq": seq,
         "rows": rows,
@@ -263,5 +281,7 @@ def run(quick: bool) -> dict:
                  "its own program; 'replay' records each graph once and then launches its "
                  "kept program on the new arguments. Contenders run interleaved, one step "
                  "each in turn; medians [min, max]. Memory: peak device bytes of the third "
-                 "step; 'AC' = torch.utils.checkpoint around every block.",
+                 "step; 'AC' = torch.utils.checkpoint around every block (a module wrapping each "
+                 "block; the cycle collector runs before each contender, whose bytes in use "
+                 "before it starts are in_use_before).",
     }
