@@ -315,6 +315,10 @@ def write(root: str, machine: dict, quick: bool) -> str:
             la = r.get("load_avg")
             load = (f" Load average of the machine ({la['cores']} cores): {la['before'][0]:.1f} "
                     f"at the start, {la['after'][0]:.1f} at the end." if la else "")
+            if la and max(la["before"][0], la["after"][0]) > 2 * la["cores"]:
+                load += (" **At this load the step times below are not comparable between "
+                         "contenders (each waited for the CPU longer than it ran); the memory "
+                         "columns are.**")
             L += [f"Batch {r.get('batch')} x sequence {r.get('seq')}.{load}", "",
                   "| model | contender | host µs per step | step s | vs CPU eager | vs fused |",
                   "|---|---|---|---|---|---|"]
