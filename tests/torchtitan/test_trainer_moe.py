@@ -103,6 +103,11 @@ EP4_LAYOUTS = {
                   "--parallelism.expert_parallel_degree", "4"],
     "ep2-fsdp4": ["--parallelism.data_parallel_shard_degree", "4",
                   "--parallelism.expert_parallel_degree", "2"],
+    # EP with TP as TorchTitan 0.3.0 has it (no expert TP): experts over "ep" (efsdp 2), the
+    # dense parts TP=2 x FSDP=2, the experts' input the sequence-parallel activation
+    "ep2-tp2-fsdp2": ["--parallelism.data_parallel_shard_degree", "2",
+                      "--parallelism.tensor_parallel_degree", "2",
+                      "--parallelism.expert_parallel_degree", "2"],
 }
 EP_COMMON = ["--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs"]
 # The CPU references keep TorchTitan's stock all-to-all dispatcher (uneven splits); "tpu" runs
