@@ -544,7 +544,8 @@ def _titan_trainer_section(r: dict) -> list[str]:
           "GFLOP/s | tpu device peak MiB | rank-0 peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
         if "error" in x:
-            L.append(f"| {x['recipe']} | {x['procs']} | {x['contender']} | {x['error'][:120]} "
+            procs = f"{x['procs']} ({x['layout']})" if x.get("layout") else f"{x['procs']}"
+            L.append(f"| {x['recipe']} | {procs} | {x['contender']} | {x['error'][:120]} "
                      "| | | | | |")
             continue
         vs = f"{x['vs_cpu']:.2f}x" if "vs_cpu" in x else "—"
@@ -554,7 +555,8 @@ def _titan_trainer_section(r: dict) -> list[str]:
         peak = (strict["peak_gflops"] if strict and x["contender"].startswith("tpu")
                 else x.get("peak_gflops"))
         mfu = f"{100 * x['flops_per_token'] * x['tps_per_rank'] / (peak * 1e9):.1f}%" if peak else "—"
-        L.append(f"| {x['recipe']} | {x['procs']} | {x['contender']} | {x['tokens_per_s']:.0f} "
+        procs = f"{x['procs']} ({x['layout']})" if x.get("layout") else f"{x['procs']}"
+        L.append(f"| {x['recipe']} | {procs} | {x['contender']} | {x['tokens_per_s']:.0f} "
                  f"[{x['tps_per_rank_min'] * x['procs']:.0f}, {x['tps_per_rank_max'] * x['procs']:.0f}] "
                  f"| {vs} | {mfu} | {_fmt(peak)} | {_fmt(x.get('device_peak_mib'))} | "
                  f"{x['max_rss_mib']:.0f} |")

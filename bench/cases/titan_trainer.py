@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tpuc.integrations.torchtitan.procs import free_port as _port
@@ -38,6 +39,41 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = {
     "llama3 debugmodel": ["--module", "llama3", "--config", "llama3_debugmodel"],
     "qwen3 debugmodel_moe": ["--module", "qwen3", "--config", "qwen3_moe_debug"],
+}
+EP_FLAGS = ["--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One parallel layout of a recipe: process count, its TorchTitan flags, a label."""
+    procs: int
+    flags: tuple[str, ...]
+    label: str = ""
+
+
+def _fsdp(n: int) -> Layout:
+    flags = ("--parallelism.data_parallel_shard_degree", str(n))
+    if n > 1:  # TorchTitan 0.3.0's default spmd_types fails at dp > 1
+        flags += ("--parallelism.spmd_backend", "partial_dtensor")
+    return Layout(n, flags)
+
+
+# Per recipe: its extra flags, tokens per rank (seq, batch), steps / warm-up, layouts and the
+# contenders it skips (with the reason). The MoE recipe is cut to its first 2 of 8 blocks
+# (--tpuc.layers=2, as in tests/torchtitan/test_trainer_moe.py: 64 experts, top-8) at 1 x 16
+# tokens per rank: under the moe swap's fixed-capacity EP dispatcher every rank's experts run
+# over ep x tokens x top_k rows, and its steps took ~30 s each on the loaded 2-core machine.
+PLANS: dict[str, dict] = {
+    "llama3 debugmodel": dict(extra=[], seq=64, batch=2, steps=(8, 3),
+                              layouts=[_fsdp(1), _fsdp(2), _fsdp(4)], skip={}),
+    "qwen3 debugmodel_moe": dict(
+        extra=["--tpuc.layers=2"], seq=16, batch=1, steps=(5, 2),
+        layouts=[_fsdp(1),
+                 Layout(4, ("--parallelism.data_parallel_shard_degree", "4",
+                            "--parallelism.expert_parallel_degree", "4", *EP_FLAGS),
+                        "EP=4 x FSDP=4")],
+        skip={"tpu compiled": "not run: the compiled MoE step is not tested through the Trainer",
+              "tpu fused": "not run: fused mode is not tested with the MoE recipe through the Trainer"}),
 }
 TIMEOUT_S = int(os.environ.get("TPUC_TITAN_BENCH_TIMEOUT", "900"))
 
@@ -124,10 +160,7 @@ def run(quick: bool) -> dict:
         return out
     from tpuc.integrations.torchtitan.assets import ensure_assets
 
-    steps, warmup = (4, 2) if quick else (8, 3)
-    seq, batch = 64, 2
     recipes = ["llama3 debugmodel"] if quick else list(RECIPES)
-    worlds = [1] if quick else [1, 2, 4]
     contenders: list[tuple[str, str, dict, list[str]]] = [("cpu (gloo)", "cpu", {}, []),
                                                           ("tpu strict", "tpu", {}, [])]
     if not quick and fused_available():
@@ -138,29 +171,37 @@ def run(quick: bool) -> dict:
     only = os.environ.get("TPUC_TITAN_BENCH_RECIPES")  # e.g. "llama3 debugmodel" (a subset)
     if only:
         recipes = [r for r in recipes if r in only.split(",")]
+    out["sizes"] = {}
     with tempfile.TemporaryDirectory(prefix="tpuc-titan-bench-") as tmp:
         work = Path(tmp)
         assets = ensure_assets(str(work / "assets"))
         rotation = 0
         for recipe in recipes:
-            for nproc in worlds:
-                common = [*RECIPES[recipe], "--hf_assets_path", assets["tokenizer"],
+            plan = PLANS[recipe]
+            steps, warmup = (4, 2) if quick else plan["steps"]
+            seq, batch = plan["seq"], plan["batch"]
+            layouts = plan["layouts"][:1] if quick else plan["layouts"]
+            out["sizes"][recipe] = {"steps": steps, "warmup": warmup, "seq_len": seq,
+                                    "local_batch": batch, "extra": plan["extra"]}
+            for layout in layouts:
+                nproc = layout.procs
+                common = [*RECIPES[recipe], *plan["extra"], "--hf_assets_path", assets["tokenizer"],
                           "--dataloader.dataset_path", assets["c4_test"],
                           "--training.steps", str(steps), "--training.seq_len", str(seq),
                           "--training.local_batch_size", str(batch),
                           "--training.mixed_precision_param", "float32",
-                          "--validator.no-enable", "--metrics.log_freq", "1",
-                          "--parallelism.data_parallel_shard_degree", str(nproc)]
-                if nproc > 1:  # TorchTitan 0.3.0's default spmd_types fails at dp > 1
-                    common += ["--parallelism.spmd_backend", "partial_dtensor"]
+                          "--validator.no-enable", "--metrics.log_freq", "1", *layout.flags]
                 order = contenders[rotation % len(contenders):] + contenders[:rotation % len(contenders)]
                 rotation += 1
                 for label, device, env_extra, extra in order:
-                    name = f"{recipe.split()[0]}-{nproc}p-{label.split()[-1].strip('()')}"
+                    tag = layout.label.replace(" ", "").replace("=", "") or "fsdp"
+                    name = f"{recipe.split()[0]}-{nproc}p-{tag}-{label.split()[-1].strip('()')}"
                     row: dict = {"recipe": recipe, "procs": nproc, "contender": label}
+                    if layout.label:
+                        row["layout"] = layout.label
                     t0 = time.perf_counter()
-                    if recipe.startswith("qwen3") and label == "tpu compiled":
-                        row["error"] = "not run: the compiled MoE step is not tested through the Trainer"
+                    if label in plan["skip"]:
+                        row["error"] = plan["skip"][label]
                         out["rows"].append(row)
                         continue
                     try:
@@ -183,12 +224,18 @@ def run(quick: bool) -> dict:
         load = os.getloadavg()
     except OSError:
         load = None
-    out.update({"steps": steps, "warmup": warmup, "seq_len": seq, "local_batch": batch,
+    first = out["sizes"].get("llama3 debugmodel") or next(iter(out["sizes"].values()), {})
+    sizes = "; ".join(f"{r}: {z['steps']} steps ({z['warmup']} warm-up) of {z['local_batch']} x "
+                      f"{z['seq_len']} tokens per rank" + (f", {' '.join(z['extra'])}" if z["extra"] else "")
+                      for r, z in out["sizes"].items())
+    out.update({"steps": first.get("steps"), "warmup": first.get("warmup"),
+                "seq_len": first.get("seq_len"), "local_batch": first.get("local_batch"),
                 "loadavg_at_end": load,
-                "notes": f"{steps} steps of {batch} x {seq} tokens per rank (weak scaling: FSDP over "
-                         f"the ranks), float32 parameters, median over the {steps - warmup} steps "
-                         f"after {warmup} warm-up steps, TorchTitan's own per-step metrics; "
-                         "OMP_NUM_THREADS=1 per rank; every rank shares this machine's cores. "
-                         "tokens/s is the total over the ranks; vs CPU = tokens/s over the CPU "
-                         "run's at the same process count (> 1: tpu faster)."})
+                "notes": f"{sizes}. Weak scaling (FSDP, or EP x FSDP where named, over the ranks), "
+                         "float32 parameters, medians over the steps after the warm-up, TorchTitan's "
+                         "own per-step metrics; OMP_NUM_THREADS=1 per rank; every rank shares this "
+                         "machine's cores. tokens/s is the total over the ranks; vs CPU = tokens/s "
+                         "over the CPU run's in the same layout (> 1: tpu faster). The MoE recipe "
+                         "(2 of its 8 blocks) is not in the quick mode: its launches take minutes "
+                         "each (first-step compiles, ~30 s steps on a loaded 2-core machine)."})
     return out

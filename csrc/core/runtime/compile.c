@@ -315,10 +315,21 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
   tpuc_status *s = NULL;
   unsigned char dkey[32];
   pj_loaded_executable *from_disk = NULL;
+  int lock = -1;
   if (rt->disk_dir) {
     tpuc_disk_key(rt, text, len, opts.bytes, opts.len, dkey);
     s = tpuc_disk_load(rt, dkey, &from_disk);
     if (s) return s;
+    if (!from_disk) {
+      /* another process may be compiling this program right now: wait for
+       * it and load its result rather than compile it a second time */
+      lock = tpuc_disk_lock(rt, dkey);
+      if (lock >= 0) s = tpuc_disk_reload(rt, dkey, &from_disk);
+      if (s) {
+        tpuc_disk_unlock(rt, dkey, lock);
+        return s;
+      }
+    }
   }
   if (from_disk) {
     s = wrap_executable(rt, from_disk, &x);
@@ -326,6 +337,7 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
     s = compile_uncached(rt, text, len, &opts, &x);
     if (!s && rt->disk_dir) tpuc_disk_store(rt, dkey, x->exe);
   }
+  tpuc_disk_unlock(rt, dkey, lock);
   if (s) return s;
   pthread_mutex_lock(&rt->cache_lock);
   tpuc_executable *raced = cache_find(rt, key, text, len);

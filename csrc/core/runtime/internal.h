@@ -212,6 +212,13 @@ void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const v
 tpuc_status *tpuc_disk_load(tpuc_runtime *rt, const unsigned char key[32],
                             pj_loaded_executable **out);
 void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_executable *exe);
+/* The cross-process compile lock of one program (an flock on "<key>.lock" in the
+ * directory): a file descriptor, or -1 (no disk tier, or no lock: compile anyway). */
+int tpuc_disk_lock(tpuc_runtime *rt, const unsigned char key[32]);
+void tpuc_disk_unlock(tpuc_runtime *rt, const unsigned char key[32], int fd);
+/* tpuc_disk_load again under the lock (its miss was counted already). */
+tpuc_status *tpuc_disk_reload(tpuc_runtime *rt, const unsigned char key[32],
+                              pj_loaded_executable **out);
 
 /* ---- exec/op_run.c ---- */
 void tpuc_fast_cache_clear(tpuc_runtime *rt);

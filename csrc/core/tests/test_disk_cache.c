@@ -1,7 +1,8 @@
 /* test_disk_cache.c — the disk tier of the executable cache: a second
  * runtime loads what the first compiled; truncated, corrupt and foreign files
  * are detected, removed and recompiled; concurrent writers in other
- * processes leave only whole files; the directory stays under its bound. */
+ * processes leave only whole files; processes compiling the same programs at
+ * once compile each one once (the lock); the directory stays under its bound. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -191,6 +192,35 @@ static void test_concurrent_writers(void) {
   tpuc_runtime_destroy(r);
 }
 
+/* Processes that start on the same programs together (the ranks of one job):
+ * each program is compiled by one of them, the others wait for its file. The
+ * children's exit status is how many programs each compiled (200: a failure). */
+static void test_concurrent_compilers_compile_each_program_once(void) {
+  clear_dir();
+  enum { N = 4 };
+  pid_t pids[N];
+  char *argv[] = {(char *)g_self, "--compiler", g_dir, NULL};
+  for (int i = 0; i < N; i++) CHECK(posix_spawn(&pids[i], g_self, NULL, NULL, argv, environ) == 0);
+  int total = 0;
+  for (int i = 0; i < N; i++) {
+    int st = 0;
+    waitpid(pids[i], &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) <= 6);
+    if (WIFEXITED(st)) total += WEXITSTATUS(st);
+  }
+  CHECK(total == 6); /* 6 programs, compiled once each over the 4 processes */
+  int64_t bytes;
+  CHECK(count_files(&bytes) == 6);
+  int locks = 0; /* none left behind */
+  DIR *d = opendir(g_dir);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    size_t l = strlen(de->d_name);
+    locks += l > 5 && !strcmp(de->d_name + l - 5, ".lock");
+  }
+  if (d) closedir(d);
+  CHECK(locks == 0);
+}
+
 static void test_eviction_bounds_the_directory(void) {
   clear_dir();
   tpuc_runtime *a = open_rt(g_dir, 0);
@@ -246,6 +276,15 @@ int main(int argc, char **argv) {
     tpuc_runtime_destroy(r);
     return g_h.current_failed;
   }
+  if (argc == 3 && !strcmp(argv[1], "--compiler")) { /* exit status: programs it compiled */
+    snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+    tpuc_runtime *r = open_rt(g_dir, 0);
+    for (int k = 20; r && k < 26; k++) compile_and_check(r, k);
+    tpuc_runtime_stats s = {0};
+    if (r) tpuc_runtime_stats_get(r, &s);
+    tpuc_runtime_destroy(r);
+    return (g_h.current_failed || !r) ? 200 : (int)s.compiles;
+  }
   g_self = argv[0];
   snprintf(g_dir, sizeof g_dir, "/tmp/tpuc-disk-test-XXXXXX");
   if (!mkdtemp(g_dir)) {
@@ -257,6 +296,7 @@ int main(int argc, char **argv) {
   RUN(test_corrupt_entry);
   RUN(test_garbage_entry);
   RUN(test_concurrent_writers);
+  RUN(test_concurrent_compilers_compile_each_program_once);
   RUN(test_eviction_bounds_the_directory);
   RUN(test_off_disables);
   clear_dir();

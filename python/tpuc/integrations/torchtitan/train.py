@@ -79,6 +79,10 @@ def _record_steps(path: Optional[str], device: str) -> None:
             s = torch.tpu.stats()
             row["compiles"] = int(s["compiles"])
             row["fallbacks"] = {k: int(v) for k, v in s["fallbacks"].items()}
+            # where a slow first step goes: XLA compile time (cumulative) and programs the
+            # disk cache supplied instead of compiling
+            row["compile_seconds"] = float(s.get("compile_seconds", 0.0))
+            row["disk_hits"] = int(s.get("disk_hits", 0))
             # graphs Dynamo compiled so far (--compile.enable): zero new ones in steady state
             from torch._dynamo.utils import counters
 
