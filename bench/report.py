@@ -289,7 +289,12 @@ def write(root: str, machine: dict, quick: bool) -> str:
         r = res["replay"]
         L += _header(r)
         if r.get("rows"):
-            L += [f"Batch {r.get('batch')} x sequence {r.get('seq')}.", "",
+            L += [f"Batch {r.get('batch')} x sequence {r.get('seq')}."
+                  + (" `tpu fused` launches a step's chunk from the chunk recorded before it "
+                     "(fused replay, the default); `tpu fused, record` signs, checks and "
+                     "records every op of every chunk."
+                     if any(row["contender"] == "tpu fused, record" for row in r["rows"]) else ""),
+                  "",
                   "| model | contender | host µs per step | step s | vs CPU eager | vs fused |",
                   "|---|---|---|---|---|---|"]
             for row in r["rows"]:
