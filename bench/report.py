@@ -319,6 +319,10 @@ def write(root: str, machine: dict, quick: bool) -> str:
                 load += (" **At this load the step times below are not comparable between "
                          "contenders (each waited for the CPU longer than it ran); the memory "
                          "columns are.**")
+            if any(row["contender"] == "tpu fused, record" for row in r["rows"]):
+                load += (" `tpu fused` launches a step's chunk from the chunk recorded before it "
+                         "(fused replay, the default); `tpu fused, record` signs, checks and "
+                         "records every op of every chunk.")
             L += [f"Batch {r.get('batch')} x sequence {r.get('seq')}.{load}", "",
                   "| model | contender | host µs per step | step s | vs CPU eager | vs fused |",
                   "|---|---|---|---|---|---|"]

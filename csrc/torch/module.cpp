@@ -73,6 +73,12 @@ py::dict runtime_stats() {
   d["load_seconds"] = rs.load_seconds;
   d["donations"] = rs.donations;
   d["recompiles"] = os.recompiles;
+  int64_t fr[4] = {0, 0, 0, 0};
+  if (rt) tpuc_fused_replay_stats(rt, fr);
+  d["fused_replays"] = fr[0];
+  d["fused_replay_matched_ops"] = fr[1];
+  d["fused_replay_fallbacks"] = fr[2];
+  d["fused_replay_notes"] = fr[3];
   return d;
 }
 
@@ -181,6 +187,22 @@ PYBIND11_MODULE(_C, m) {
     if (!rt) return out;
     std::string buf(tpuc_recompile_reasons(rt, nullptr, 0) + 4096, '\0');
     tpuc_recompile_reasons(rt, buf.data(), buf.size());
+    size_t start = 0;
+    for (size_t i = 0; i < buf.size() && buf[i]; ++i)
+      if (buf[i] == '\n') {
+        out.emplace_back(buf, start, i - start);
+        start = i + 1;
+      }
+    return out;
+  });
+  // Fused chunk replay (exec/fused_replay.c): tpuc/eager.py.
+  m.def("_set_fused_replay", [](bool on) { tpuc_set_fused_replay(runtime(), on); });
+  m.def("_fused_replay_reasons", [] {
+    std::vector<std::string> out;
+    tpuc_runtime* rt = runtime_or_null();
+    if (!rt) return out;
+    std::string buf(tpuc_fused_replay_reasons(rt, nullptr, 0) + 4096, '\0');
+    tpuc_fused_replay_reasons(rt, buf.data(), buf.size());
     size_t start = 0;
     for (size_t i = 0; i < buf.size() && buf[i]; ++i)
       if (buf[i] == '\n') {

@@ -462,6 +462,7 @@ def stats() -> dict[str, Any]:
     out["dynamo_compiles"] = dynamo.graphs_compiled()
     out.update(dynamo.replay_stats())  # graph_records/replays/rerecords, graph_replay_reasons
     out["recompile_reasons"] = list(_C._recompile_reasons())
+    out["fused_replay_reasons"] = list(_C._fused_replay_reasons())  # last 16 per device
     out["fallbacks"] = dict(_C._fallback_counts())
     return out
 
@@ -472,6 +473,7 @@ def reset_stats() -> None:
 
 
 from .eager import eager_mode, flush, get_eager_mode, set_eager_mode  # noqa: E402,F401
+from .eager import set_fused_replay  # noqa: E402,F401
 from .dynamo import graph_replay, set_graph_replay  # noqa: E402,F401
 from ._streams import (  # noqa: E402,F401  (FSDP2 / DTensor / TorchTitan use these)
     Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream,

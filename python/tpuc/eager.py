@@ -51,6 +51,15 @@ def eager_mode(mode: str) -> Iterator[None]:
         set_eager_mode(prev)
 
 
+def set_fused_replay(on: bool) -> None:
+    """Fused mode: launch a chunk whose ops repeat a recently recorded chunk's
+    from that chunk's program without signing and checking each op (the
+    default; ``TPUC_FUSED_REPLAY=0`` turns it off), or record every chunk.
+    ``torch.tpu.stats()`` counts ``fused_replays`` and
+    ``fused_replay_fallbacks`` with the last ``fused_replay_reasons``."""
+    _core()._set_fused_replay(bool(on))
+
+
 def flush() -> None:
     """Runs the ops recorded in fused mode now (a no-op in other modes)."""
     _core()._flush(-1)

@@ -20,31 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "fused.h"
 
 #define CHUNK_CAP 8192
-
-typedef struct {
-  tpuc_op_call call; /* points into the arrays below */
-  tpuc_arg *args;
-  tpuc_tensor *tensors; /* inputs, then outputs */
-  void *pool;           /* int lists and strings of the arguments */
-  uint64_t sig;
-} rec;
-
-typedef struct tpuc_pending {
-  pthread_mutex_t lock;
-  rec *recs;
-  int n, cap;
-  /* open-addressing map: signature (0: empty) -> its last position */
-  uint64_t *seen;
-  int *seen_pos;
-  int seen_cap, seen_n;
-  int min_period; /* shortest loop recognised (TPUC_FUSED_MIN_PERIOD) */
-  bool anchored;
-  uint64_t anchor;
-  int period; /* ops in the last chunk cut at the anchor; 0: not known */
-} pending;
 
 static pending *pending_of(tpuc_runtime *rt, int device) {
   /* created with the runtime's first recording; devices never change */
@@ -64,7 +42,12 @@ static tpuc_status *ensure_pending(tpuc_runtime *rt) {
       for (int i = 0; i < rt->device_count; i++) {
         pthread_mutex_init(&p[i].lock, NULL);
         p[i].min_period = min_period;
+        p[i].match = -1;
+        slots_init(&p[i].ms);
+        p[i].mk = (keybuf){NULL, 0, 0, true, false};
       }
+      const char *fr = getenv("TPUC_FUSED_REPLAY");
+      if (fr && !strcmp(fr, "0")) atomic_store(&rt->fused_replay_off, 1);
       rt->pending = p;
     }
   }
@@ -198,6 +181,11 @@ static bool whole_period_repeats(const pending *pd, int n, int p) {
   return true;
 }
 
+void fused_seen_rebuild(pending *pd) {
+  seen_clear(pd);
+  for (int i = 0; i < pd->n; i++) seen_put(pd, pd->recs[i].sig, i);
+}
+
 /* ---- flushing ---- */
 static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
                                    tpuc_replay **capture) {
@@ -212,6 +200,15 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
   bool *read = NULL, *seen = NULL, *live = NULL;
   fast_entry *owned = NULL;
   tpuc_status *st = NULL;
+  size_t *op_end = NULL;
+  if (!capture) { /* a chunk that repeats a recorded one (fused_replay.c) */
+    bool replayed = false;
+    st = fused_replay_flush(rt, device, pd, &replayed);
+    if (replayed) goto done;
+  }
+  fused_replay_reset(pd); /* its buffer references would stop donation below */
+  bool keep = !capture && !pd->chunk_has_graph && !atomic_load(&rt->fused_replay_off);
+  if (keep) op_end = malloc((size_t)n * sizeof *op_end);
   if (!calls || !ts || !os) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
@@ -226,6 +223,7 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
     os[i] = malloc((size_t)(c->noutputs + 1) * sizeof(int));
     if (!ts[i] || !os[i]) st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     else st = key_call(&k, c, &s, ts[i], os[i]);
+    if (op_end) op_end[i] = k.len;
   }
   if (st) goto done;
   read = calloc((size_t)s.n + 1, sizeof *read);
@@ -271,6 +269,7 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
   if (checks) capture = NULL; /* *capture stays NULL: the caller records again */
   if (capture) st = replay_from_plan(rt, device, e, &s, read, live, calls, capture);
   if (!st) st = plan_launch(rt, device, e, &s, calls, wait);
+  if (!st && keep && op_end && !checks && !k.oom) fused_replay_keep(pd, &k, op_end, &s, read);
   if (st && capture) {
     tpuc_replay_destroy(*capture);
     *capture = NULL;
@@ -282,7 +281,10 @@ done:
     rec_free(&pd->recs[i]);
   }
   pd->n = 0;
+  pd->chunk_has_graph = false;
   seen_clear(pd);
+  fused_replay_reset(pd);
+  free(op_end);
   entry_free(owned);
   free(calls);
   free(ts);
@@ -366,6 +368,7 @@ void tpuc_fused_destroy(tpuc_runtime *rt) {
   if (!rt->pending) return;
   tpuc_status_destroy(tpuc_flush(rt, -1));
   for (int d = 0; d < rt->device_count; d++) {
+    fused_replay_destroy(&rt->pending[d]);
     free(rt->pending[d].recs);
     free(rt->pending[d].seen);
     free(rt->pending[d].seen_pos);
@@ -378,12 +381,20 @@ void tpuc_fused_destroy(tpuc_runtime *rt) {
 /* ---- recording ---- */
 tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
   uint64_t sig = 0;
-  tpuc_status *st = tpuc_op_check(rt, c, &sig);
-  if (st) return st; /* e.g. unimplemented: the caller falls back at the op */
-  if ((st = ensure_pending(rt))) return st;
+  tpuc_status *st = ensure_pending(rt);
+  if (st) return st;
   pending *pd = pending_of(rt, c->device);
   pthread_mutex_lock(&pd->lock);
   bool graph = atomic_load(&rt->mode) == TPUC_MODE_GRAPH;
+  /* an op of a chunk that repeats a recorded one needs no check: it is that
+     chunk's op (fused_replay.c) */
+  if (!graph && pd->n > 0 && pd->matching && fused_replay_match(rt, pd, c, &sig)) goto append;
+  if (graph) fused_replay_leave(pd, pd->matching ? "fused chunk: recorded: a compiled graph joined it" : NULL);
+  st = tpuc_op_check(rt, c, &sig);
+  if (st) { /* e.g. unimplemented: the caller falls back at the op */
+    pthread_mutex_unlock(&pd->lock);
+    return st;
+  }
   int prev = graph ? -1 : seen_put(pd, sig, pd->n);
   if (graph) {
     pd->anchored = false; /* only tpuc_flush cuts a graph */
@@ -405,16 +416,25 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
   } else if (pd->anchored && pd->period && pd->n > 2 * pd->period) {
     pd->period = 0; /* the loop changed: look for it again */
     pd->anchored = false;
+    if (pd->chunk_reset_at < 0) pd->chunk_reset_at = pd->n;
   }
   if (st) {
     pthread_mutex_unlock(&pd->lock);
     return st;
   }
-  if (pd->n == 0 && !graph) seen_put(pd, sig, 0);
+  if (pd->n == 0 && !graph) {
+    seen_put(pd, sig, 0);
+    pd->chunk_start = (cut_state){pd->anchored, pd->anchor, pd->period};
+    pd->chunk_reset_at = -1;
+    uint64_t same = 0;
+    fused_replay_match(rt, pd, c, &same); /* starts matching a recorded chunk */
+  }
+append:
   if (pd->n == pd->cap) {
     int cap = pd->cap ? pd->cap * 2 : 256;
     rec *nr = realloc(pd->recs, (size_t)cap * sizeof *nr);
     if (!nr) {
+      fused_replay_leave(pd, NULL);
       pthread_mutex_unlock(&pd->lock);
       return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     }
@@ -425,6 +445,9 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
   if (!st) {
     pd->recs[pd->n].sig = sig;
     pd->n++;
+    if (graph) pd->chunk_has_graph = true;
+  } else {
+    fused_replay_leave(pd, NULL);
   }
   pthread_mutex_unlock(&pd->lock);
   if (!st) {

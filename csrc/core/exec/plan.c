@@ -22,11 +22,42 @@ void slots_init(slot_set *s) {
   s->buffer = s->inline_buffer;
   s->n = 0;
   s->cap = SLOTS_INLINE;
+  s->index = NULL;
+  s->index_cap = 0;
+}
+
+static size_t slot_hash(const tpuc_storage *st, int cap) {
+  uint64_t h = (uint64_t)(uintptr_t)st * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 32) & (size_t)(cap - 1);
+}
+
+static void index_put(slot_set *s, int i) {
+  size_t j = slot_hash(s->storage[i], s->index_cap);
+  while (s->index[j]) j = (j + 1) & (size_t)(s->index_cap - 1);
+  s->index[j] = i + 1;
+}
+
+/* Builds or doubles the index; false when out of memory. */
+static bool index_grow(slot_set *s) {
+  int cap = s->index_cap ? s->index_cap * 2 : 4 * SLOTS_INLINE;
+  int *ni = calloc((size_t)cap, sizeof *ni);
+  if (!ni) return false;
+  free(s->index);
+  s->index = ni;
+  s->index_cap = cap;
+  for (int i = 0; i < s->n; i++) index_put(s, i);
+  return true;
 }
 
 int slots_add(slot_set *s, tpuc_storage *st) {
-  for (int i = 0; i < s->n; i++)
-    if (s->storage[i] == st) return i;
+  if (s->index) {
+    for (size_t j = slot_hash(st, s->index_cap); s->index[j];
+         j = (j + 1) & (size_t)(s->index_cap - 1))
+      if (s->storage[s->index[j] - 1] == st) return s->index[j] - 1;
+  } else {
+    for (int i = 0; i < s->n; i++)
+      if (s->storage[i] == st) return i;
+  }
   if (s->n == s->cap) {
     int cap = s->cap * 2;
     bool heap = s->storage != s->inline_storage;
@@ -44,13 +75,20 @@ int slots_add(slot_set *s, tpuc_storage *st) {
   }
   s->storage[s->n] = st;
   s->buffer[s->n] = tpuc_storage_peek_buffer(st);
-  return s->n++;
+  int i = s->n++;
+  if (s->n > SLOTS_INLINE && 2 * s->n > s->index_cap) {
+    if (!index_grow(s)) return -1;
+  } else if (s->index) {
+    index_put(s, i);
+  }
+  return i;
 }
 
 void slots_release(slot_set *s) {
   for (int i = 0; i < s->n; i++) tpuc_buffer_release(s->buffer[i]);
   if (s->storage != s->inline_storage) free(s->storage);
   if (s->buffer != s->inline_buffer) free(s->buffer);
+  free(s->index);
   slots_init(s);
 }
 

@@ -20,6 +20,11 @@ typedef struct {
   /* the common case (a single op) needs no allocation */
   tpuc_storage *inline_storage[SLOTS_INLINE];
   tpuc_buffer *inline_buffer[SLOTS_INLINE];
+  /* past SLOTS_INLINE slots: an open-addressing index storage -> slot + 1
+   * (0: empty), so that a chunk of many ops finds its slots in O(1) instead
+   * of searching every slot for every tensor (quadratic in the chunk) */
+  int *index;
+  int index_cap;
 } slot_set;
 
 void slots_init(slot_set *s);

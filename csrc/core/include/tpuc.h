@@ -492,6 +492,16 @@ void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);
 size_t tpuc_recompile_reasons(tpuc_runtime *rt, char *buf, size_t n);
 int64_t tpuc_recompile_count(tpuc_runtime *rt);
 
+/* Fused chunk replay (exec/fused_replay.c): a chunk whose ops repeat a
+ * recently recorded chunk's is launched from that chunk's executable without
+ * signing and checking each op. On by default; off: every chunk is recorded.
+ * Stats: out[0] chunks replayed, out[1] ops matched, out[2] fallbacks to
+ * recording, out[3] reasons noted. Reasons: the last 16 per device, one per
+ * line (NUL-terminated, at most n bytes); returns the size needed. */
+void tpuc_set_fused_replay(tpuc_runtime *rt, bool on);
+void tpuc_fused_replay_stats(tpuc_runtime *rt, int64_t out[4]);
+size_t tpuc_fused_replay_reasons(tpuc_runtime *rt, char *buf, size_t n);
+
 /* ---- replicated programs ------------------------------------------------
  * One program run on several devices of the client in one launch: replica r
  * runs on devices[r]. This is what StableHLO collectives (all_reduce, ...)

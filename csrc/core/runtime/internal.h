@@ -92,6 +92,7 @@ struct tpuc_runtime {
   int64_t recorded_ops, flushes, chunk_hits, chunk_misses;
   /* fused execution (exec/fused.c) */
   atomic_int mode;
+  atomic_int fused_replay_off; /* exec/fused_replay.c: chunks are always recorded */
   struct tpuc_pending *pending; /* one per device */
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 
