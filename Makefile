@@ -69,10 +69,12 @@ test-c: build/c/build.ninja $(STAMP)
 	$(VENV)/bin/ninja -C build/c
 	@for t in $(C_TESTS); do echo "== $$t"; TPUC_PJRT_PLUGIN=$(PLUGIN) build/c/csrc/core/$$t || exit 1; done
 
+# the sanitizer pass runs each dtype-swept C test on one dtype per family (TPUC_TEST_DTYPES):
+# the plain pass checks every dtype's values; ASan/UBSan check buffer handling
 test-c-asan: build/c-asan/build.ninja $(STAMP)
 	$(VENV)/bin/ninja -C build/c-asan
 	@for t in $(C_TESTS); do echo "== $$t (ASan+UBSan)"; \
-	  TPUC_PJRT_PLUGIN=$(PLUGIN) ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/core/tests/lsan.supp build/c-asan/csrc/core/$$t || exit 1; done
+	  TPUC_PJRT_PLUGIN=$(PLUGIN) TPUC_TEST_DTYPES=families ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/csrc/core/tests/lsan.supp build/c-asan/csrc/core/$$t || exit 1; done
 
 # tpuc.kernel.from_jax's tests (tests/test_kernel.py): JAX's CPU build, optional for users.
 $(VENV)/.deps-jax: $(VENV)/.deps
