@@ -60,6 +60,35 @@ def test_cpu_random_stream_gives_the_cpu_draws_on_tpu():
     assert not torch.equal(torch.randn(2, 16, 4, 4, device="tpu").cpu(), ref[0])
 
 
+def _draws_in(device: str, dtype: torch.dtype) -> list[torch.Tensor]:
+    """FLUX's step draws (noise like the latents, timesteps under torch.device) and an in-place
+    draw in ``dtype``, of sizes where the CPU's float64 stream differs from its float32 one."""
+    torch.manual_seed(3)
+    noise = torch.randn_like(torch.zeros(2, 16, 4, 4, device=device, dtype=dtype))
+    with torch.device(device):
+        t = torch.rand((300,), dtype=dtype)
+    g = torch.empty(300, device=device, dtype=dtype).normal_()
+    return [x.cpu() for x in (noise, t, g)]
+
+
+def test_every_dtype_draws_the_float32_noise():
+    """The CPU reference's float64 and bf16 FLUX runs (CpuRandomStream("cpu")) and "tpu"'s bf16
+    run (--tpuc.cpu_rng=1) train on the float32 run's noise, cast: without the mode the CPU's
+    float64 draws differ from its float32 ones (so the float64 reference trained on other
+    noise)."""
+    f32 = _draws_in("cpu", torch.float32)
+    assert not all(torch.equal(a.float(), b) for a, b in zip(_draws_in("cpu", torch.float64), f32))
+    with flux.CpuRandomStream("cpu"):
+        f64 = _draws_in("cpu", torch.float64)
+        b16 = _draws_in("cpu", torch.bfloat16)
+        assert all(torch.equal(a, b) for a, b in zip(_draws_in("cpu", torch.float32), f32))
+    with flux.CpuRandomStream("tpu"):
+        dev16 = _draws_in("tpu", torch.bfloat16)
+    for a, b, c, r in zip(f64, b16, dev16, f32):
+        assert a.dtype == torch.float64 and b.dtype == c.dtype == torch.bfloat16
+        assert torch.equal(a, r.double()) and torch.equal(b, r.bfloat16()) and torch.equal(c, b)
+
+
 def test_autoencoder_load_accepts_cpu_with_an_index(tmp_path):
     pytest.importorskip("torchtitan")
     from safetensors.torch import save_file
@@ -173,3 +202,28 @@ def test_flux_fsdp2_bf16_matches_cpu(flux_root):
     assert any(abs(a["loss"] - b["loss"]) > 64 * EPS32 * abs(b["loss"])
                for a, b in zip(cpu16, runs["cpu"]))
     check_steady_state(dev16)
+
+
+def test_layers_cut_keeps_flux_first_blocks():
+    """``--tpuc.layers=N`` on FLUX (no ``layers`` list): the first N double-stream and N
+    single-stream blocks of TorchTitan's own config, the rest of the model unchanged."""
+    import types
+
+    pytest.importorskip("torchtitan")
+    from torchtitan.models.flux import model_registry
+
+    from tpuc.integrations.torchtitan.train import _cut_layers
+
+    full = model_registry("flux-debug")
+    cut = model_registry("flux-debug")
+    _cut_layers(types.SimpleNamespace(model_spec=cut), 1)
+    assert (len(cut.model.double_blocks), len(cut.model.single_blocks)) == (1, 1)
+    assert (cut.model.depth, cut.model.depth_single_blocks) == (1, 1)
+    with torch.device("meta"):
+        whole, part = full.model.build(), cut.model.build()
+    blocks = sum(p.numel() for b in (*whole.double_blocks[1:], *whole.single_blocks[1:])
+                 for p in b.parameters())
+    assert sum(p.numel() for p in part.parameters()) == \
+        sum(p.numel() for p in whole.parameters()) - blocks
+    with pytest.raises(SystemExit, match="2 double and 2 single blocks"):
+        _cut_layers(types.SimpleNamespace(model_spec=model_registry("flux-debug")), 3)

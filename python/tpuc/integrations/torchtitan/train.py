@@ -213,7 +213,9 @@ def main() -> None:
         from . import flux
 
         flux.apply_load_shim()
-        if flags.get("cpu_rng", "0") not in ("0", "false"):
+        if device == "cpu":  # the reference: float64 / bf16 runs draw the float32 run's noise
+            flux.enable_cpu_random_stream("cpu")
+        elif flags.get("cpu_rng", "0") not in ("0", "false"):
             flux.enable_cpu_random_stream()
     from torchtitan.train import main as titan_main
 
