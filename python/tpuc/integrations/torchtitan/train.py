@@ -17,7 +17,7 @@ from ``sys.argv`` and calls ``torchtitan.train.main()`` unchanged. Its flags:
   the number of graphs Dynamo compiled);
 - ``--tpuc.layers=N``: keep only the model's first N blocks (the recipe's own blocks and
   config otherwise; the tests cut deep recipes, e.g. qwen3 debugmodel_moe, to fit a small
-  machine's memory);
+  machine's memory); for FLUX the first N double-stream and N single-stream blocks;
 - ``--tpuc.runs=FILE``: FILE is a JSON list of argument lists, each a whole run (TorchTitan's
   flags and these); they run one after another in the same processes, so torch, tpuc and
   TorchTitan are imported once and the process group is kept between runs (TorchTitan's
@@ -101,12 +101,27 @@ def _cut_layers(config: Any, n: Optional[int]) -> Any:
     if n is None:
         return config
     model = config.model_spec.model
+    if isinstance(getattr(model, "double_blocks", None), list):  # FLUX: both block lists
+        return _cut_flux_blocks(config, model, n)
     layers = getattr(model, "layers", None)
     if not isinstance(layers, list):
         raise SystemExit(f"tpuc: --tpuc.layers: {type(model).__name__} has no list of layers")
     if not 0 < n <= len(layers):
         raise SystemExit(f"tpuc: --tpuc.layers={n}: the model has {len(layers)} layers")
     model.layers = layers[:n]
+    return config
+
+
+def _cut_flux_blocks(config: Any, model: Any, n: int) -> Any:
+    """FLUX (``FluxModel.Config``) has no ``layers``: its first N double-stream and first N
+    single-stream blocks are kept (``depth``/``depth_single_blocks`` follow, for the FLOPs)."""
+    most = min(len(model.double_blocks), len(model.single_blocks))
+    if not 0 < n <= most:
+        raise SystemExit(f"tpuc: --tpuc.layers={n}: the FLUX model has {len(model.double_blocks)} "
+                         f"double and {len(model.single_blocks)} single blocks")
+    model.double_blocks = model.double_blocks[:n]
+    model.single_blocks = model.single_blocks[:n]
+    model.depth, model.depth_single_blocks = n, n
     return config
 
 
@@ -202,7 +217,9 @@ def main() -> None:
         from . import flux
 
         flux.apply_load_shim()
-        if flags.get("cpu_rng", "0") not in ("0", "false"):
+        if device == "cpu":  # the reference: float64 / bf16 runs draw the float32 run's noise
+            flux.enable_cpu_random_stream("cpu")
+        elif flags.get("cpu_rng", "0") not in ("0", "false"):
             flux.enable_cpu_random_stream()
     from torchtitan.train import main as titan_main
 
