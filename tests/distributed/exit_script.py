@@ -10,7 +10,9 @@ finalizing with no bytecode run in between, so the worker meets a finalizing
 interpreter: the interleaving a loaded machine produces by chance at the end of
 any program (the worker dropping its last collective late), made certain.
 MODE=destroy: after destroy_process_group no gloo worker thread of tpu_dist is
-left in the process (the group was torn down there, not at exit)."""
+left in the process, even while the program still holds the group object (as
+a torch.compile'd function holding functional collectives does): the group
+was torn down there, not whenever Python happens to collect it."""
 import atexit
 import os
 
@@ -48,6 +50,7 @@ if mode == "late_worker":
 elif mode == "destroy":
     dist.all_reduce(t, async_op=True).wait()
     dist.barrier()
+    held = dist.group.WORLD  # noqa: F841 - kept alive past destroy on purpose
     dist.destroy_process_group()
     names = [open(f"/proc/self/task/{tid}/comm").read().strip() for tid in os.listdir("/proc/self/task")]
     assert "pt_gloo_runloop" not in names, names
