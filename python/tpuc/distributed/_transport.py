@@ -19,12 +19,29 @@
 Every method starts the collective (the host copies of the inputs are taken
 before it returns, so the caller may overwrite its inputs) and returns a
 ``Finish``: calling it waits for the transfer and writes the outputs. A method
-that returns has launched gloo's work; gloo runs it on its own threads.
+that returns has launched gloo's work; gloo runs it on its own worker thread.
+
+Lifetime (``HostTransport.shutdown``, ``_exit_hook``): a gloo worker thread
+must never be the one that lets go of a collective's last reference. Since
+torch 2.13 a C++ reference to a tensor made in Python keeps its PyObject alive,
+so dropping the last one takes the GIL; a worker that does so while the
+interpreter finalizes is ended by CPython inside a noexcept destructor, and the
+process aborts ("terminate called without an active exception"). So the
+transport keeps every queued gloo work until the worker provably dropped it
+(one worker thread: works run in order, so a finished work means every earlier
+one was let go), tears the group down itself in ``shutdown`` (gloo's own
+``shutdown`` does nothing in torch 2.13), and at interpreter exit leaves what a
+worker may still touch alive for good.
 """
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
+import sys
 import warnings
+import weakref
+from collections import deque
 from datetime import timedelta
 from typing import Callable, Protocol
 
@@ -163,10 +180,46 @@ class HostTransport:
     name = "host-gloo"
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
+        opts = dist.ProcessGroupGloo._Options()
+        opts._devices = [dist.ProcessGroupGloo.create_default_device()]
+        opts._timeout = timeout
+        # one worker thread: it runs the queued works in launch order, which is what
+        # lets _prune know which works it has let go of (module docstring)
+        opts._threads = 1
         # own key space: a gloo created for "cpu" by a "cpu:gloo,tpu:tpu_dist" string
         # rendezvouses on the same store
-        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("tpu_dist/gloo", store), rank, size, timeout)
+        self._gloo: dist.ProcessGroupGloo | None = dist.ProcessGroupGloo(
+            dist.PrefixStore("tpu_dist/gloo", store), rank, size, opts)
         self.rank, self.size, self.timeout = rank, size, timeout
+        # queued gloo works, launch order, kept until the worker thread let go of them
+        self._held: deque[dist.Work] = deque()
+        _live.add(self)
+
+    @property
+    def _pg(self) -> dist.ProcessGroupGloo:
+        if self._gloo is None:
+            raise RuntimeError("tpu_dist: this process group was shut down "
+                               "(destroy_process_group); create a new one")
+        return self._gloo
+
+    def _queued(self, work: dist.Work) -> dist.Work:
+        """Keeps a work gloo's worker thread runs (not send/recv: those run on the
+        caller's thread) until that thread surely dropped its references."""
+        self._prune()
+        self._held.append(work)
+        return work
+
+    def _prune(self) -> None:
+        # the worker takes a work only after dropping the one before it: every work
+        # older than the newest finished one is no longer referenced by the worker
+        held = self._held
+        newest = -1
+        for i in range(len(held) - 1, -1, -1):
+            if held[i].is_completed():
+                newest = i
+                break
+        for _ in range(newest):
+            held.popleft()
 
     @staticmethod
     def _then(works: list[dist.Work], write: Callable[[], None] | None = None) -> Finish:
@@ -193,7 +246,7 @@ class HostTransport:
             h, red = self._reduce_host(t, op)
             o = dist.AllreduceOptions()
             o.reduceOp = red.op
-            works.append(self._gloo.allreduce([h], o))
+            works.append(self._queued(self._pg.allreduce([h], o)))
             writes.append((t, h, red.divide))
         def write() -> None:
             for t, h, div in writes:
@@ -206,7 +259,7 @@ class HostTransport:
             h, red = self._reduce_host(t, op)
             o = dist.ReduceOptions()
             o.reduceOp, o.rootRank = red.op, root
-            works.append(self._gloo.reduce([h], o))
+            works.append(self._queued(self._pg.reduce([h], o)))
             writes.append((t, h, red.divide))
         def write() -> None:
             if self.rank == root:
@@ -223,7 +276,7 @@ class HostTransport:
             (h.shape[0] // self.size, *h.shape[1:]) if h.dim() else ())
         o = dist.ReduceScatterOptions()
         o.reduceOp = red.op
-        work = self._gloo._reduce_scatter_base(hout, h, o)
+        work = self._queued(self._pg._reduce_scatter_base(hout, h, o))
         def write() -> None:
             _write_back(output, hout.div_(red.divide) if red.divide else hout)
         return self._then([work], write)
@@ -251,7 +304,7 @@ class HostTransport:
             h = _host_bytes(t) if self.rank == root else _bytes(_empty_host(t))
             o = dist.BroadcastOptions()
             o.rootRank = root
-            works.append(self._gloo.broadcast([h], o))
+            works.append(self._queued(self._pg.broadcast([h], o)))
             writes.append((t, h))
         def write() -> None:
             if self.rank != root:
@@ -268,7 +321,7 @@ class HostTransport:
                             f"!= input dtype {input.dtype}")
         hin = _host_bytes(input)
         hout = torch.empty(hin.numel() * self.size, dtype=torch.uint8)
-        work = self._gloo._allgather_base(hout, hin)
+        work = self._queued(self._pg._allgather_base(hout, hin))
         return self._then([work], lambda: _write_back(output, _from_bytes(hout, output)))
 
     def all_gather(self, outputs: list[Tensors], inputs: Tensors) -> Finish:
@@ -282,7 +335,7 @@ class HostTransport:
                                      f"the input {t.dtype}{tuple(t.shape)}")
             hin = _host_bytes(t)
             hout = torch.empty(hin.numel() * self.size, dtype=torch.uint8)
-            works.append(self._gloo._allgather_base(hout, hin))
+            works.append(self._queued(self._pg._allgather_base(hout, hin)))
             writes.append((outs, hout))
         def write() -> None:
             for outs, hout in writes:
@@ -306,13 +359,13 @@ class HostTransport:
         # splits count rows of dim 0; in bytes they are rows x row size
         ins = [s * row_in * item for s in input_splits]
         outs = [s * row_out * item for s in output_splits]
-        work = self._gloo.alltoall_base(hout, hin, outs, ins, dist.AllToAllOptions())
+        work = self._queued(self._pg.alltoall_base(hout, hin, outs, ins, dist.AllToAllOptions()))
         return self._then([work], lambda: _write_back(output, _from_bytes(hout, output)))
 
     def all_to_all(self, outputs: Tensors, inputs: Tensors) -> Finish:
         hins = [_host_bytes(t) for t in inputs]
         houts = [_bytes(_empty_host(t)) for t in outputs]
-        work = self._gloo.alltoall(houts, hins, dist.AllToAllOptions())
+        work = self._queued(self._pg.alltoall(houts, hins, dist.AllToAllOptions()))
         def write() -> None:
             for o, h in zip(outputs, houts):
                 _write_back(o, _from_bytes(h, o))
@@ -323,7 +376,7 @@ class HostTransport:
         houts = [[torch.empty_like(hin) for _ in range(self.size)]] if self.rank == root else []
         o = dist.GatherOptions()
         o.rootRank = root
-        work = self._gloo.gather(houts, [hin], o)
+        work = self._queued(self._pg.gather(houts, [hin], o))
         def write() -> None:
             if self.rank == root:
                 for dst, h in zip(outputs[0], houts[0]):
@@ -336,24 +389,24 @@ class HostTransport:
         hins = [[_host_bytes(t) for t in inputs[0]]] if self.rank == root else []
         o = dist.ScatterOptions()
         o.rootRank = root
-        work = self._gloo.scatter([hout], hins, o)
+        work = self._queued(self._pg.scatter([hout], hins, o))
         return self._then([work], lambda: _write_back(out, _from_bytes(hout, out)))
 
     def send(self, tensors: Tensors, dst: int, tag: int) -> Finish:
         hs = [_host_bytes(t) for t in tensors]
-        work = self._gloo.send(hs, dst, tag)
+        work = self._pg.send(hs, dst, tag)
         return self._then([work], lambda: hs.clear())  # the host copies live until sent
 
     def recv(self, tensors: Tensors, src: int, tag: int) -> Finish:
         hs = [_bytes(_empty_host(t)) for t in tensors]
-        work = self._gloo.recv_anysource(hs, tag) if src < 0 else self._gloo.recv(hs, src, tag)
+        work = self._pg.recv_anysource(hs, tag) if src < 0 else self._pg.recv(hs, src, tag)
         def write() -> None:
             for t, h in zip(tensors, hs):
                 _write_back(t, _from_bytes(h, t))
         return self._then([work], write)
 
     def barrier(self) -> Finish:
-        return self._then([self._gloo.barrier(dist.BarrierOptions())])
+        return self._then([self._queued(self._pg.barrier(dist.BarrierOptions()))])
 
     SIGNATURE_BYTES = 192
 
@@ -365,15 +418,52 @@ class HostTransport:
         raw = signature.encode()[: self.SIGNATURE_BYTES].ljust(self.SIGNATURE_BYTES, b"\0")
         mine = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
         every = torch.empty(self.SIGNATURE_BYTES * self.size, dtype=torch.uint8)
-        self._gloo._allgather_base(every, mine).wait()
+        self._queued(self._pg._allgather_base(every, mine)).wait()
         return [bytes(c.tolist()).rstrip(b"\0").decode(errors="replace")
                 for c in every.chunk(self.size)]
 
     def shutdown(self) -> None:
-        try:
-            self._gloo.shutdown()
-        except Exception:  # a gloo already torn down by a failed peer
-            pass
+        """Tears the gloo group down now, on the calling thread (idempotent).
+
+        When every queued work has finished, the group is destroyed while this
+        transport still holds those works (gloo joins its worker thread, whose
+        last drops are then not the last), and the works are let go here, with
+        the GIL. A work still in flight (launched, never waited, the peers not
+        there yet) would block that join: then the group and its works are
+        left alive for good instead (``_leak``); gloo's threads end with the
+        process."""
+        _live.discard(self)
+        if self._gloo is None:
+            return
+        if all(w.is_completed() for w in self._held) and sys.getrefcount(self._gloo) <= 2:
+            self._gloo = None  # ~ProcessGroupGloo: joins the worker thread
+            self._held.clear()
+        else:
+            self._leak()
+
+    def _leak(self) -> None:
+        """Keeps the gloo group and every work its worker may still drop alive
+        until the process ends, so that no worker ever drops a last reference."""
+        for obj in (self._gloo, *self._held):
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+        self._gloo = None
+        self._held.clear()
+
+
+# transports not shut down yet; at interpreter exit (the interpreter still whole,
+# before any module is torn down) those are left alive for good: a worker thread
+# may be about to drop the last collective, and a join could wait for a peer
+_live: "weakref.WeakSet[HostTransport]" = weakref.WeakSet()
+
+
+def _exit_hook() -> None:
+    for t in list(_live):
+        _live.discard(t)
+        if t._gloo is not None:
+            t._leak()
+
+
+atexit.register(_exit_hook)
 
 
 _warned_device = False
