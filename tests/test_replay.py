@@ -6,51 +6,13 @@ arguments mapped onto the program, donation, the outputs, and the device
 generator (dropout) advancing exactly as recording advances it."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-
-from tpu_testing import assert_as_accurate  # noqa: E402
-
-
-def _mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(16, 64), nn.BatchNorm1d(64), nn.GELU(), nn.Dropout(0.3),
-                         nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10))
-
-
-class _DropLlama(nn.Module):
-    """The example transformer with dropout on its logits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        from llama import Llama, LlamaConfig
-
-        cfg = LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                          max_seq_len=16)
-        self.llama = Llama(cfg)
-        self.drop = nn.Dropout(0.2)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.llama(tokens))
-
-
-def _batches(kind: str, steps: int, batch_of=lambda i: 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for i in range(steps):
-        b = batch_of(i)
-        if kind == "mlp":
-            out.append((torch.randn(b, 16, generator=g), torch.randint(0, 10, (b,), generator=g)))
-        else:
-            out.append((torch.randint(0, 64, (b, 12), generator=g),
-                        torch.randint(0, 64, (b, 12), generator=g)))
-    return out
+from replay_models import DropLlama as _DropLlama, batches as _batches, mlp as _mlp
+from tpu_testing import assert_as_accurate
 
 
 def _train(kind: str, mode: str, steps: int = 20, batch_of=lambda i: 8) -> dict:

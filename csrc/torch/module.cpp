@@ -110,6 +110,23 @@ at::Generator generator(int device) {
   return default_generator(static_cast<c10::DeviceIndex>(device));
 }
 
+// A core call that writes newline-separated reasons (tpuc_recompile_reasons,
+// tpuc_fused_replay_reasons: the size needed when buf is NULL), as a list.
+std::vector<std::string> reason_lines(size_t (*read)(tpuc_runtime*, char*, size_t)) {
+  std::vector<std::string> out;
+  tpuc_runtime* rt = runtime_or_null();
+  if (!rt) return out;
+  std::string buf(read(rt, nullptr, 0) + 4096, '\0');
+  read(rt, buf.data(), buf.size());
+  size_t start = 0;
+  for (size_t i = 0; i < buf.size() && buf[i]; ++i)
+    if (buf[i] == '\n') {
+      out.emplace_back(buf, start, i - start);
+      start = i + 1;
+    }
+  return out;
+}
+
 // c10::Error -> the Python exception torch itself would raise.
 void translate(const c10::Error& e, PyObject* type) { PyErr_SetString(type, e.what_without_backtrace()); }
 
@@ -181,36 +198,10 @@ PYBIND11_MODULE(_C, m) {
     tpuc_runtime* rt = runtime_or_null();
     return rt ? static_cast<int>(tpuc_get_mode(rt)) : 0;
   });
-  m.def("_recompile_reasons", [] {
-    std::vector<std::string> out;
-    tpuc_runtime* rt = runtime_or_null();
-    if (!rt) return out;
-    std::string buf(tpuc_recompile_reasons(rt, nullptr, 0) + 4096, '\0');
-    tpuc_recompile_reasons(rt, buf.data(), buf.size());
-    size_t start = 0;
-    for (size_t i = 0; i < buf.size() && buf[i]; ++i)
-      if (buf[i] == '\n') {
-        out.emplace_back(buf, start, i - start);
-        start = i + 1;
-      }
-    return out;
-  });
+  m.def("_recompile_reasons", [] { return reason_lines(tpuc_recompile_reasons); });
   // Fused chunk replay (exec/fused_replay.c): tpuc/eager.py.
   m.def("_set_fused_replay", [](bool on) { tpuc_set_fused_replay(runtime(), on); });
-  m.def("_fused_replay_reasons", [] {
-    std::vector<std::string> out;
-    tpuc_runtime* rt = runtime_or_null();
-    if (!rt) return out;
-    std::string buf(tpuc_fused_replay_reasons(rt, nullptr, 0) + 4096, '\0');
-    tpuc_fused_replay_reasons(rt, buf.data(), buf.size());
-    size_t start = 0;
-    for (size_t i = 0; i < buf.size() && buf[i]; ++i)
-      if (buf[i] == '\n') {
-        out.emplace_back(buf, start, i - start);
-        start = i + 1;
-      }
-    return out;
-  });
+  m.def("_fused_replay_reasons", [] { return reason_lines(tpuc_fused_replay_reasons); });
   // Device-side bounds checks of index values outside debug mode (TPUC_CHECK_BOUNDS).
   m.def("_set_check_bounds", [](bool on) { tpuc_set_check_bounds(runtime(), on); });
   m.def("_check_bounds", [] {
