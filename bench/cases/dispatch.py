@@ -24,6 +24,14 @@ def _ops():
     }
 
 
+def _reported(part, quick: bool) -> dict:
+    """One optional part of the case; a failure is reported in the results, not hidden."""
+    try:
+        return part(quick)
+    except Exception as e:  # noqa: BLE001 - reported, not hidden
+        return {"skipped": f"{type(e).__name__}: {e}"[:300]}
+
+
 def run(quick: bool) -> dict:
     n = 50 if quick else 400
     repeats = 3 if quick else 9
@@ -57,22 +65,12 @@ def run(quick: bool) -> dict:
             s = res[c].summary(scale=1e6 / (n * ops_per_call))
             rows.append({"op": name, "contender": c, "us_per_op": s,
                          "ops_per_s": 1e6 / s["median"]})
-    prof = None
+    prof = robust = None
     if tpu_available():
         from .dispatch_profile import profile
-
-        try:
-            prof = profile(quick)
-        except Exception as e:  # reported, not hidden
-            prof = {"skipped": f"{type(e).__name__}: {e}"[:300]}
-    robust = None
-    if tpu_available():
         from .dispatch_robust import measure
 
-        try:
-            robust = measure(quick)
-        except Exception as e:  # reported, not hidden
-            robust = {"skipped": f"{type(e).__name__}: {e}"[:300]}
+        prof, robust = _reported(profile, quick), _reported(measure, quick)
     return {
         "robust": robust,
         "profile": prof,
