@@ -36,6 +36,12 @@ tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *si
 
 /* recompile.c: records why `c` compiles when its op compiled before. */
 void tpuc_recompile_note(tpuc_runtime *rt, const tpuc_op_call *c);
+/* Appends the last min(count, keep) strings of a ring (keep slots of `width`
+ * chars, slot i % keep holding the i-th string noted) to buf[len..n) as lines,
+ * NUL-terminated while they fit; returns len plus the chars all of them need
+ * (without the NUL). The reasons of recompiles and of fused replay's fallbacks. */
+size_t tpuc_reason_lines(const char *ring, size_t width, int keep, int64_t count, char *buf,
+                         size_t n, size_t len);
 
 /* fused.c */
 bool tpuc_fused_recording(tpuc_runtime *rt);

@@ -314,17 +314,8 @@ size_t tpuc_fused_replay_reasons(tpuc_runtime *rt, char *buf, size_t n) {
   for (int d = 0; d < rt->device_count; d++) {
     pending *pd = &rt->pending[d];
     pthread_mutex_lock(&pd->lock);
-    int64_t first = pd->reasons_noted > FUSED_REASONS ? pd->reasons_noted - FUSED_REASONS : 0;
-    for (int64_t i = first; i < pd->reasons_noted; i++) {
-      const char *r = pd->reasons[i % FUSED_REASONS];
-      size_t rl = strlen(r);
-      if (buf && len + rl + 2 <= n) {
-        memcpy(buf + len, r, rl);
-        buf[len + rl] = '\n';
-        buf[len + rl + 1] = 0;
-      }
-      len += rl + 1;
-    }
+    len = tpuc_reason_lines(&pd->reasons[0][0], FUSED_REASON_LEN, FUSED_REASONS, pd->reasons_noted,
+                            buf, n, len);
     pthread_mutex_unlock(&pd->lock);
   }
   return len;

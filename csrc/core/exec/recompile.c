@@ -154,23 +154,28 @@ void tpuc_recompile_note(tpuc_runtime *rt, const tpuc_op_call *c) {
                     c->device, 0, 0);
 }
 
+size_t tpuc_reason_lines(const char *ring, size_t width, int keep, int64_t count, char *buf,
+                         size_t n, size_t len) {
+  int64_t first = count > keep ? count - keep : 0;
+  for (int64_t i = first; i < count; i++) {
+    const char *s = ring + (size_t)(i % keep) * width;
+    size_t l = strlen(s);
+    if (buf && len + l + 2 <= n) {
+      memcpy(buf + len, s, l);
+      buf[len + l] = '\n';
+      buf[len + l + 1] = 0;
+    }
+    len += l + 1;
+  }
+  return len;
+}
+
 size_t tpuc_recompile_reasons(tpuc_runtime *rt, char *buf, size_t n) {
   struct tpuc_recompiles *r = rt->recompiles;
-  size_t need = 1;
   if (buf && n) buf[0] = 0;
-  if (!r) return need;
+  if (!r) return 1;
   pthread_mutex_lock(&r->lock);
-  int64_t first = r->count > KEEP ? r->count - KEEP : 0;
-  for (int64_t i = first; i < r->count; i++) {
-    const char *s = r->reasons[i % KEEP];
-    size_t l = strlen(s);
-    if (buf && need + l + 1 <= n) {
-      memcpy(buf + need - 1, s, l);
-      buf[need - 1 + l] = '\n';
-      buf[need + l] = 0;
-    }
-    need += l + 1;
-  }
+  size_t need = tpuc_reason_lines(&r->reasons[0][0], REASON, KEEP, r->count, buf, n, 0) + 1;
   pthread_mutex_unlock(&r->lock);
   return need;
 }
