@@ -7,8 +7,9 @@ writes on the CPU (trainer_runs.Runner). Bounds, per step, as in test_trainer.py
 a float64 CPU run of the same recipe and layout within 4x the CPU float32 run's own error
 against it plus 64 float32 roundings of the loss.
 
-CI (``make test``): FSDP x TP on a 2 x 2 mesh (4 processes, 3 steps) against its CPU runs, and
-DCP save/resume at one process. ``make test-titan-long`` (TPUC_TITAN_LONG=1) adds TP=2, the
+CI (``make test``): FSDP x TP on a 2 x 2 mesh (4 processes, 3 steps) against the CPU runs of
+FSDP=2 (the same data and math; test_fsdp_x_tp_loss_matches_cpu), and DCP save/resume at one
+process. ``make test-titan-long`` (TPUC_TITAN_LONG=1) adds TP=2, the
 compiled step, activation checkpointing (full, none) and bf16 mixed precision.
 """
 from __future__ import annotations
