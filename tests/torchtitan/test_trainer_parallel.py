@@ -207,3 +207,29 @@ def test_checkpoint_saved_at_fsdp2_resumes_at_fsdp_x_tp(root):
     for r, rf in zip(ref_res, ref_full[2:]):  # float64: the layouts differ by f64 roundings only
         assert abs(r["loss"] - rf["loss"]) <= 64 * EPS32 * abs(rf["loss"]), (r, rf)
     check_steady_state(dev_full)
+
+
+def test_kept_process_group_skips_only_the_final_sleep(monkeypatch):
+    """Between the runs of --tpuc.runs (the group kept) the trainer's final 2 s sleep is a
+    no-op and every other ``time`` function is the module's; the last run (the group
+    destroyed) sleeps as TorchTitan does, and the module is restored after each run."""
+    import time
+
+    import torch.distributed as dist
+    import torchtitan.trainer as titan_trainer
+
+    from tpuc.integrations.torchtitan.train import _keep_process_group
+
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    destroy = dist.destroy_process_group
+    with _keep_process_group(True):
+        assert titan_trainer.time is not time and titan_trainer.time.perf_counter is time.perf_counter
+        titan_trainer.time.sleep(2)
+        assert dist.destroy_process_group is not destroy
+    assert slept == []
+    assert titan_trainer.time is time and dist.destroy_process_group is destroy
+    with _keep_process_group(False):
+        titan_trainer.time.sleep(2)
+        assert dist.destroy_process_group is destroy
+    assert slept == [2]
