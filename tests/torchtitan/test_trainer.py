@@ -7,8 +7,8 @@ multiple of the CPU float32 run's own error against it, plus a few float32 round
 loss. In steady state (after step 2) nothing compiles and the only CPU fallback is RoPE's
 position check ``aten::_assert_async.msg`` (docs/torchtitan.md).
 
-The CI slice runs llama3, qwen3 dense and qwen3 debugmodel_moe (2 of its 8 blocks) at one
-process and llama3 at FSDP=2, sharing one seed checkpoint and one set of CPU references per
+The CI slice runs llama3, qwen3 dense and qwen3 debugmodel_moe (2 of their 8 blocks each, at
+the same token shapes: trainer_runs.CI_SIZES) at one process and llama3 at FSDP=2, sharing one seed checkpoint and one set of CPU references per
 recipe and layout for the session (trainer_runs.one_process_runs / layout_runs, also used by
 test_trainer_parallel.py's DCP resume); ``make test-titan-long`` (TPUC_TITAN_LONG=1) adds qwen3
 dense and MoE at FSDP=2.

@@ -7,8 +7,9 @@ writes on the CPU (trainer_runs.Runner). Bounds, per step, as in test_trainer.py
 a float64 CPU run of the same recipe and layout within 4x the CPU float32 run's own error
 against it plus 64 float32 roundings of the loss.
 
-CI (``make test``): FSDP x TP on a 2 x 2 mesh (4 processes, 3 steps) against its CPU runs, and
-DCP save/resume at one process. ``make test-titan-long`` (TPUC_TITAN_LONG=1) adds TP=2, the
+CI (``make test``): FSDP x TP on a 2 x 2 mesh (4 processes, 3 steps) against the CPU runs of
+FSDP=2 (the same data and math; test_fsdp_x_tp_loss_matches_cpu), and DCP save/resume at one
+process. ``make test-titan-long`` (TPUC_TITAN_LONG=1) adds TP=2, the
 compiled step, activation checkpointing (full, none) and bf16 mixed precision.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import pytest
 
 from test_trainer import EPS32, check_against_reference, check_steady_state
-from trainer_runs import Runner, layout_runs, one_process_runs
+from trainer_runs import Runner, device_run, layout_references, one_process_runs
 
 LONG = os.environ.get("TPUC_TITAN_LONG") == "1"
 long_only = pytest.mark.skipif(not LONG, reason="long TorchTitan run: make test-titan-long")
@@ -47,14 +48,24 @@ def cpu_references(runner: Runner, nproc: int, layout: list[str]) -> tuple[list[
     return _refs[key]
 
 
+FSDP2 = ["--parallelism.data_parallel_shard_degree", "2", *DTENSOR]
+
+
 def test_fsdp_x_tp_loss_matches_cpu(root):
-    """2 x 2 mesh: FSDP over 2 ranks x TP over 2 ranks, 4 processes (one CPU launch for the
-    float64 and float32 references, one "tpu" launch)."""
+    """2 x 2 mesh: FSDP over 2 ranks x TP over 2 ranks, 4 processes on "tpu", against the
+    CPU references of FSDP=2 (test_trainer.py's llama3 FSDP=2 case shares them). TP splits
+    each data-parallel rank's computation, not its data: the 2 x 2 mesh trains on the same
+    two data-parallel shards, from the same seed, as FSDP=2, so its exact losses are FSDP=2's
+    and the float64 run of either layout is the reference of both (they differ by float64
+    roundings only; make test-titan-long's resharded resume runs the CPU at 2 x 2 too and
+    checks that). The float32 CPU run sets the bound's scale, the float32 error of this
+    computation. One 4-process launch (the CPU's own 2 x 2 launch was as long as it)."""
     layout = ["--parallelism.data_parallel_shard_degree", "2",
               "--parallelism.tensor_parallel_degree", "2", *DTENSOR]
-    runs = layout_runs(root, "llama3", 4, layout)
-    check_against_reference(runs["dev"], runs["cpu"], runs["ref"])
-    check_steady_state(runs["dev"])
+    refs = layout_references(root, "llama3", 2, FSDP2)
+    dev = device_run(root, "llama3", 4, layout)
+    check_against_reference(dev, refs["cpu"], refs["ref"])
+    check_steady_state(dev)
 
 
 @long_only
@@ -196,3 +207,29 @@ def test_checkpoint_saved_at_fsdp2_resumes_at_fsdp_x_tp(root):
     for r, rf in zip(ref_res, ref_full[2:]):  # float64: the layouts differ by f64 roundings only
         assert abs(r["loss"] - rf["loss"]) <= 64 * EPS32 * abs(rf["loss"]), (r, rf)
     check_steady_state(dev_full)
+
+
+def test_kept_process_group_skips_only_the_final_sleep(monkeypatch):
+    """Between the runs of --tpuc.runs (the group kept) the trainer's final 2 s sleep is a
+    no-op and every other ``time`` function is the module's; the last run (the group
+    destroyed) sleeps as TorchTitan does, and the module is restored after each run."""
+    import time
+
+    import torch.distributed as dist
+    import torchtitan.trainer as titan_trainer
+
+    from tpuc.integrations.torchtitan.train import _keep_process_group
+
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    destroy = dist.destroy_process_group
+    with _keep_process_group(True):
+        assert titan_trainer.time is not time and titan_trainer.time.perf_counter is time.perf_counter
+        titan_trainer.time.sleep(2)
+        assert dist.destroy_process_group is not destroy
+    assert slept == []
+    assert titan_trainer.time is time and dist.destroy_process_group is destroy
+    with _keep_process_group(False):
+        titan_trainer.time.sleep(2)
+        assert dist.destroy_process_group is destroy
+    assert slept == [2]

@@ -189,10 +189,15 @@ NO_SAVE = ["--checkpoint.load_only"]
 # Each recipe's sizes in make test. llama3: 4 steps, so that the DCP resume (checkpoint at
 # step 2) continues two steps. qwen3_moe: debugmodel_moe cut to its first 2 of 8 blocks
 # (--tpuc.layers=2; 75M parameters: a float64 CPU reference of all 8 blocks needs ~10 GiB);
-# make test-titan-long runs all 8 (test_trainer_moe.py).
+# make test-titan-long runs all 8 (test_trainer_moe.py). qwen3 dense: its first 2 of 8
+# blocks at the MoE run's 1 x 16 tokens: the two flavours have the same attention (dim 256,
+# 16 query / 8 KV heads of 128), norms, embedding and output, so at the same token shapes
+# the MoE run reuses the dense run's compiled programs instead of compiling its own (most of
+# the "tpu" launch's time is compiling, docs/torchtitan.md "Tests"); make test-titan-long
+# runs all 8 dense blocks at FSDP=2 and the whole model without the Trainer.
 CI_SIZES: dict[str, dict] = {
     "llama3": dict(steps=4),
-    "qwen3": dict(steps=3, seq_len=32, batch=1),
+    "qwen3": dict(steps=3, seq_len=16, batch=1, layers=2),
     "qwen3_moe": dict(steps=3, seq_len=16, batch=1, layers=2),
 }
 
@@ -266,16 +271,33 @@ def _one_process_launches(root: Path, recipes: list[str]) -> None:
         _shared_one[recipe] = got
 
 
-def layout_runs(root: Path, recipe: str, nproc: int, layout: list[str]) -> dict[str, list[dict]]:
-    """The recipe on ``nproc`` processes in ``layout`` (CI sizes but 3 steps), once per
-    session: the seed (if not written yet), one CPU launch (float64 and float32 references),
-    one "tpu" launch."""
-    key = (recipe, nproc, tuple(layout))
+def layout_references(root: Path, recipe: str, nproc: int, layout: list[str]) -> dict[str, list[dict]]:
+    """The float64 and float32 CPU references of ``recipe`` on ``nproc`` processes in
+    ``layout`` (CI sizes but 3 steps), one CPU launch per session (and the seed, if not
+    written yet)."""
+    key = ("cpu", recipe, nproc, tuple(layout))
     if key not in _shared:
         runner = Runner(root, recipe, **dict(CI_SIZES[recipe], steps=3))
         ref = runner.plan(nproc, *layout, *NO_SAVE, device="cpu", dtype="float64")
         cpu = runner.plan(nproc, *layout, *NO_SAVE, device="cpu")
         ref_steps, cpu_steps = runner.run_many(nproc, [ref, cpu])
-        _shared[key] = {"ref": ref_steps, "cpu": cpu_steps,
-                        "dev": runner.run(nproc, *layout, *NO_SAVE)}
+        _shared[key] = {"ref": ref_steps, "cpu": cpu_steps}
     return _shared[key]
+
+
+def device_run(root: Path, recipe: str, nproc: int, layout: list[str]) -> list[dict]:
+    """The "tpu" run of ``recipe`` on ``nproc`` processes in ``layout`` (CI sizes but 3
+    steps), one launch per session."""
+    key = ("tpu", recipe, nproc, tuple(layout))
+    if key not in _shared:
+        runner = Runner(root, recipe, **dict(CI_SIZES[recipe], steps=3))
+        _shared[key] = {"dev": runner.run(nproc, *layout, *NO_SAVE)}
+    return _shared[key]["dev"]
+
+
+def layout_runs(root: Path, recipe: str, nproc: int, layout: list[str]) -> dict[str, list[dict]]:
+    """The recipe on ``nproc`` processes in ``layout`` (CI sizes but 3 steps), once per
+    session: the seed (if not written yet), one CPU launch (float64 and float32 references),
+    one "tpu" launch."""
+    return {**layout_references(root, recipe, nproc, layout),
+            "dev": device_run(root, recipe, nproc, layout)}
