@@ -93,21 +93,19 @@ void slots_release(slot_set *s) {
 }
 
 /* ---- signatures ---- */
-void key_put(keybuf *k, const void *p, size_t n) {
+void key_grow_put(keybuf *k, const void *p, size_t n) {
   if (k->oom) return;
-  if (k->len + n > k->cap) {
-    size_t cap = k->cap ? k->cap * 2 : 512;
-    while (cap < k->len + n) cap *= 2;
-    unsigned char *nb = k->heap ? realloc(k->b, cap) : malloc(cap);
-    if (!nb) {
-      k->oom = true;
-      return;
-    }
-    if (!k->heap && k->len) memcpy(nb, k->b, k->len);
-    k->b = nb;
-    k->cap = cap;
-    k->heap = true;
+  size_t cap = k->cap ? k->cap * 2 : 512;
+  while (cap < k->len + n) cap *= 2;
+  unsigned char *nb = k->heap ? realloc(k->b, cap) : malloc(cap);
+  if (!nb) {
+    k->oom = true;
+    return;
   }
+  if (!k->heap && k->len) memcpy(nb, k->b, k->len);
+  k->b = nb;
+  k->cap = cap;
+  k->heap = true;
   memcpy(k->b + k->len, p, n);
   k->len += n;
 }
