@@ -7,6 +7,10 @@
 #include "ops.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/sub_meta_dispatch.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <pybind11/pybind11.h>
@@ -180,15 +184,69 @@ void grouped_mm_meta(MetaState& ms) {
   ms.stack.push_back(at::Tensor(at::detail::empty_strided_meta(size, stride, out)));
 }
 
+// OpInfo::cpp_meta: PyTorch's C++ structured meta of the arithmetic ops the
+// boxed kernel takes whole, on the Meta stand-ins (CPU scalars stay: they
+// take part in type promotion as in the composite kernel).
+template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&, const at::Scalar&)>
+void meta_alpha(torch::jit::Stack& s) {
+  at::Tensor r = F(s[0].toTensor(), s[1].toTensor(), s[2].toScalar());
+  s.clear();
+  s.emplace_back(std::move(r));
+}
+template <at::Tensor& (*F)(at::Tensor&, const at::Tensor&, const at::Scalar&)>
+void meta_alpha_(torch::jit::Stack& s) {
+  at::Tensor self = s[0].toTensor();
+  F(self, s[1].toTensor(), s[2].toScalar());
+  s.clear();
+  s.emplace_back(std::move(self));
+}
+template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&)>
+void meta_binary(torch::jit::Stack& s) {
+  at::Tensor r = F(s[0].toTensor(), s[1].toTensor());
+  s.clear();
+  s.emplace_back(std::move(r));
+}
+template <at::Tensor& (*F)(at::Tensor&, const at::Tensor&)>
+void meta_binary_(torch::jit::Stack& s) {
+  at::Tensor self = s[0].toTensor();
+  F(self, s[1].toTensor());
+  s.clear();
+  s.emplace_back(std::move(self));
+}
+
+}  // namespace
+
+void (*cpp_meta_for(const std::string& name))(torch::jit::Stack&) {
+  static const std::pair<const char*, void (*)(torch::jit::Stack&)> kMetas[] = {
+      {"aten::add.Tensor", &meta_alpha<&at::meta::add>},
+      {"aten::add_.Tensor", &meta_alpha_<&at::meta::add_>},
+      {"aten::sub.Tensor", &meta_alpha<&at::meta::sub>},
+      {"aten::sub_.Tensor", &meta_alpha_<&at::meta::sub_>},
+      {"aten::mul.Tensor", &meta_binary<&at::meta::mul>},
+      {"aten::mul_.Tensor", &meta_binary_<&at::meta::mul_>},
+      {"aten::div.Tensor", &meta_binary<&at::meta::div>},
+      {"aten::div_.Tensor", &meta_binary_<&at::meta::div_>},
+  };
+  for (const auto& [n, f] : kMetas)
+    if (name == n) return f;
+  return nullptr;
+}
+
+namespace {
+
 bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, MetaState& ms,
-              bool own_grouped_mm_meta) {
+              const OpInfo& info) {
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack.size() - nargs;
   ms.stack.clear();
   ms.stack.reserve(nargs);
   for (size_t i = 0; i < nargs; ++i) ms.stack.push_back(meta_ivalue(stack[begin + i], ms));
-  if (own_grouped_mm_meta) {
+  if (info.own_grouped_mm_meta) {
     grouped_mm_meta(ms);
+    return true;
+  }
+  if (info.cpp_meta) {
+    info.cpp_meta(ms.stack);  // a c10::Error: PyTorch's own, as on the CPU
     return true;
   }
   try {
@@ -256,7 +314,9 @@ bool key_tensor(KeyWriter& k, const at::Tensor& t, int& device) {
   }
   key_val<int16_t>(k, static_cast<int16_t>(t.device().type()));
   key_val<int8_t>(k, static_cast<int8_t>(t.scalar_type()));
-  key_val<int8_t>(k, static_cast<int8_t>(t.is_conj() | t.is_neg() << 1));
+  // a wrapped number (the 2 of x + 2) promotes differently from a 0-dim tensor
+  key_val<int8_t>(k, static_cast<int8_t>(t.is_conj() | t.is_neg() << 1 |
+                                         t.unsafeGetTensorImpl()->is_wrapped_number() << 2));
   key_val<int32_t>(k, static_cast<int32_t>(t.dim()));
   key_bytes(k, t.sizes().data(), t.dim() * sizeof(int64_t));
   key_bytes(k, t.strides().data(), t.dim() * sizeof(int64_t));
@@ -336,7 +396,7 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
   int device = -1;
   KeyWriter w(key);
   if (!meta_key(stack, begin, nargs, info, w, device))
-    return run_meta(op, stack, ms, info.own_grouped_mm_meta);
+    return run_meta(op, stack, ms, info);
   w.finish();
   {
     std::lock_guard<std::mutex> lock(info.meta_mu);
@@ -347,7 +407,7 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
       return ms.hit->ok;
     }
   }
-  bool ok = run_meta(op, stack, ms, info.own_grouped_mm_meta);  // raises PyTorch's errors: nothing cached then
+  bool ok = run_meta(op, stack, ms, info);  // raises PyTorch's errors: nothing cached then
   auto r = std::make_shared<OpInfo::MetaResult>();
   r->ok = ok;
   if (ok) r->results = ms.stack;
