@@ -30,3 +30,17 @@ def test_kept_scalar_buffers_are_not_tensor_memory() -> None:
     torch.tpu.synchronize()
     assert torch.tpu.memory_allocated() == before
     assert torch.tpu.memory_stats()["allocation.all.current"] == buffers
+
+
+def test_python_numbers_and_zero_dim_tensors_promote_apart() -> None:
+    """x + 2.5 (a wrapped number) and x + tensor(2.5, float64) have the same shapes but
+    promote differently; the boxed kernel's Meta-result cache must tell them apart."""
+    torch.tpu.set_eager_mode("strict")
+    a = torch.arange(6, dtype=torch.int32)
+    x = a.to("tpu")
+    for other in (2.5, torch.tensor(2.5, dtype=torch.float64), 2.5, torch.tensor(3)):
+        for op in (torch.add, torch.sub, torch.mul, torch.div):
+            want = op(a, other)
+            got = op(x, other).cpu()
+            assert got.dtype == want.dtype, (op, other)
+            assert torch.equal(got, want), (op, other)

@@ -7,10 +7,16 @@
 #include "ops.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/add_meta_dispatch.h>
+#include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/mul_meta_dispatch.h>
+#include <ATen/ops/sub_meta_dispatch.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <cstring>
 #include <deque>
 #include <memory>
 
@@ -178,15 +184,69 @@ void grouped_mm_meta(MetaState& ms) {
   ms.stack.push_back(at::Tensor(at::detail::empty_strided_meta(size, stride, out)));
 }
 
+// OpInfo::cpp_meta: PyTorch's C++ structured meta of the arithmetic ops the
+// boxed kernel takes whole, on the Meta stand-ins (CPU scalars stay: they
+// take part in type promotion as in the composite kernel).
+template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&, const at::Scalar&)>
+void meta_alpha(torch::jit::Stack& s) {
+  at::Tensor r = F(s[0].toTensor(), s[1].toTensor(), s[2].toScalar());
+  s.clear();
+  s.emplace_back(std::move(r));
+}
+template <at::Tensor& (*F)(at::Tensor&, const at::Tensor&, const at::Scalar&)>
+void meta_alpha_(torch::jit::Stack& s) {
+  at::Tensor self = s[0].toTensor();
+  F(self, s[1].toTensor(), s[2].toScalar());
+  s.clear();
+  s.emplace_back(std::move(self));
+}
+template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&)>
+void meta_binary(torch::jit::Stack& s) {
+  at::Tensor r = F(s[0].toTensor(), s[1].toTensor());
+  s.clear();
+  s.emplace_back(std::move(r));
+}
+template <at::Tensor& (*F)(at::Tensor&, const at::Tensor&)>
+void meta_binary_(torch::jit::Stack& s) {
+  at::Tensor self = s[0].toTensor();
+  F(self, s[1].toTensor());
+  s.clear();
+  s.emplace_back(std::move(self));
+}
+
+}  // namespace
+
+void (*cpp_meta_for(const std::string& name))(torch::jit::Stack&) {
+  static const std::pair<const char*, void (*)(torch::jit::Stack&)> kMetas[] = {
+      {"aten::add.Tensor", &meta_alpha<&at::meta::add>},
+      {"aten::add_.Tensor", &meta_alpha_<&at::meta::add_>},
+      {"aten::sub.Tensor", &meta_alpha<&at::meta::sub>},
+      {"aten::sub_.Tensor", &meta_alpha_<&at::meta::sub_>},
+      {"aten::mul.Tensor", &meta_binary<&at::meta::mul>},
+      {"aten::mul_.Tensor", &meta_binary_<&at::meta::mul_>},
+      {"aten::div.Tensor", &meta_binary<&at::meta::div>},
+      {"aten::div_.Tensor", &meta_binary_<&at::meta::div_>},
+  };
+  for (const auto& [n, f] : kMetas)
+    if (name == n) return f;
+  return nullptr;
+}
+
+namespace {
+
 bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, MetaState& ms,
-              bool own_grouped_mm_meta) {
+              const OpInfo& info) {
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack.size() - nargs;
   ms.stack.clear();
   ms.stack.reserve(nargs);
   for (size_t i = 0; i < nargs; ++i) ms.stack.push_back(meta_ivalue(stack[begin + i], ms));
-  if (own_grouped_mm_meta) {
+  if (info.own_grouped_mm_meta) {
     grouped_mm_meta(ms);
+    return true;
+  }
+  if (info.cpp_meta) {
+    info.cpp_meta(ms.stack);  // a c10::Error: PyTorch's own, as on the CPU
     return true;
   }
   try {
@@ -218,15 +278,30 @@ bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Met
 // cheap), except for factories whose Scalars give the output's shape.
 // Not keyed (the Meta kernel runs every time): host tensors of several
 // elements, whose values may shape the result.
-void key_bytes(std::string& k, const void* p, size_t n) {
-  k.append(static_cast<const char*>(p), n);
-}
+//
+// The key is written into a thread's reused string through KeyWriter: about
+// 30 small appends per call, each std::string::append an out-of-line call
+// with its own checks (600 instructions per tensor in callgrind); here each
+// is a compare and a memcpy, and the string only grows.
+struct KeyWriter {
+  std::string& s;
+  size_t n = 0;
+  explicit KeyWriter(std::string& str) : s(str) { s.resize(std::max<size_t>(s.capacity(), 256)); }
+  void put(const void* p, size_t len) {
+    if (n + len > s.size()) s.resize(std::max(2 * s.size(), n + len));
+    std::memcpy(s.data() + n, p, len);
+    n += len;
+  }
+  void finish() { s.resize(n); }  // keeps the capacity
+};
+
+void key_bytes(KeyWriter& k, const void* p, size_t n) { k.put(p, n); }
 template <typename T>
-void key_val(std::string& k, T v) {
+void key_val(KeyWriter& k, T v) {
   key_bytes(k, &v, sizeof v);
 }
 
-bool key_tensor(std::string& k, const at::Tensor& t, int& device) {
+bool key_tensor(KeyWriter& k, const at::Tensor& t, int& device) {
   key_val<int8_t>(k, t.defined());
   if (!t.defined()) return true;
   // A host tensor of several elements (indices, repeats) may shape the
@@ -239,7 +314,9 @@ bool key_tensor(std::string& k, const at::Tensor& t, int& device) {
   }
   key_val<int16_t>(k, static_cast<int16_t>(t.device().type()));
   key_val<int8_t>(k, static_cast<int8_t>(t.scalar_type()));
-  key_val<int8_t>(k, static_cast<int8_t>(t.is_conj() | t.is_neg() << 1));
+  // a wrapped number (the 2 of x + 2) promotes differently from a 0-dim tensor
+  key_val<int8_t>(k, static_cast<int8_t>(t.is_conj() | t.is_neg() << 1 |
+                                         t.unsafeGetTensorImpl()->is_wrapped_number() << 2));
   key_val<int32_t>(k, static_cast<int32_t>(t.dim()));
   key_bytes(k, t.sizes().data(), t.dim() * sizeof(int64_t));
   key_bytes(k, t.strides().data(), t.dim() * sizeof(int64_t));
@@ -247,8 +324,7 @@ bool key_tensor(std::string& k, const at::Tensor& t, int& device) {
 }
 
 bool meta_key(const torch::jit::Stack& stack, size_t begin, size_t nargs, const OpInfo& info,
-              std::string& k, int& device) {
-  k.clear();
+              KeyWriter& k, int& device) {
   device = -1;
   for (size_t i = 0; i < nargs; ++i) {
     const c10::IValue& v = stack[begin + i];
@@ -296,8 +372,8 @@ bool meta_key(const torch::jit::Stack& stack, size_t begin, size_t nargs, const 
       for (bool b : v.toBoolList()) key_val<int8_t>(k, b);
     } else if (v.isString()) {
       key_val<int8_t>(k, 11);
-      k.append(v.toStringRef());
-      k.push_back('\0');
+      const std::string& str = v.toStringRef();
+      key_bytes(k, str.c_str(), str.size() + 1);  // with its '\0'
     } else if (v.isDevice()) {
       key_val<int8_t>(k, 12);
       key_val<int16_t>(k, static_cast<int16_t>(v.toDevice().type()));
@@ -318,8 +394,10 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
   const size_t begin = stack.size() - nargs;
   thread_local std::string key;
   int device = -1;
-  if (!meta_key(stack, begin, nargs, info, key, device))
-    return run_meta(op, stack, ms, info.own_grouped_mm_meta);
+  KeyWriter w(key);
+  if (!meta_key(stack, begin, nargs, info, w, device))
+    return run_meta(op, stack, ms, info);
+  w.finish();
   {
     std::lock_guard<std::mutex> lock(info.meta_mu);
     auto it = info.meta_cache.find(key);
@@ -329,7 +407,7 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
       return ms.hit->ok;
     }
   }
-  bool ok = run_meta(op, stack, ms, info.own_grouped_mm_meta);  // raises PyTorch's errors: nothing cached then
+  bool ok = run_meta(op, stack, ms, info);  // raises PyTorch's errors: nothing cached then
   auto r = std::make_shared<OpInfo::MetaResult>();
   r->ok = ok;
   if (ok) r->results = ms.stack;

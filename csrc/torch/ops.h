@@ -60,11 +60,20 @@ struct OpInfo {
   // floating dtype and layout, so tpuc computes its output metadata itself
   // (native.cpp, grouped_mm_meta).
   bool own_grouped_mm_meta = false;
+  // The arithmetic ops the boxed kernel takes whole (fallback.cpp: add, sub,
+  // mul, div and their in-place forms): their metadata comes from PyTorch's
+  // C++ structured meta (at::meta::add, ...), as the composite kernel they
+  // replace computed it, not from the Meta dispatch entry (a Python ref whose
+  // errors read differently from the CPU's). Null for every other op.
+  void (*cpp_meta)(torch::jit::Stack& stack) = nullptr;
   // batch norm whose save_mean/save_invstd are empty in eval mode: eval when
   // argument `bn_eval_arg` is false (training) / a defined tensor (running stats)
   enum class BnEval { None, WhenNotTraining, Always, WhenRunningStats } bn_eval = BnEval::None;
   int bn_eval_arg = -1;
 };
+
+// native.cpp: the C++ structured meta of `name` ("aten::add.Tensor"), or null.
+void (*cpp_meta_for(const std::string& name))(torch::jit::Stack&);
 
 // The tpu generator an op with a `Generator?` argument draws from (None: the
 // device's default one), or an undefined generator for another device's.

@@ -93,21 +93,19 @@ void slots_release(slot_set *s) {
 }
 
 /* ---- signatures ---- */
-void key_put(keybuf *k, const void *p, size_t n) {
+void key_grow_put(keybuf *k, const void *p, size_t n) {
   if (k->oom) return;
-  if (k->len + n > k->cap) {
-    size_t cap = k->cap ? k->cap * 2 : 512;
-    while (cap < k->len + n) cap *= 2;
-    unsigned char *nb = k->heap ? realloc(k->b, cap) : malloc(cap);
-    if (!nb) {
-      k->oom = true;
-      return;
-    }
-    if (!k->heap && k->len) memcpy(nb, k->b, k->len);
-    k->b = nb;
-    k->cap = cap;
-    k->heap = true;
+  size_t cap = k->cap ? k->cap * 2 : 512;
+  while (cap < k->len + n) cap *= 2;
+  unsigned char *nb = k->heap ? realloc(k->b, cap) : malloc(cap);
+  if (!nb) {
+    k->oom = true;
+    return;
   }
+  if (!k->heap && k->len) memcpy(nb, k->b, k->len);
+  k->b = nb;
+  k->cap = cap;
+  k->heap = true;
   memcpy(k->b + k->len, p, n);
   k->len += n;
 }
@@ -719,7 +717,10 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
     uint64_t id = observed ? tpuc_event_next_id(rt) : 0;
     const char *name = e->name ? e->name : "";
     if (observed) tpuc_event_emit(rt, TPUC_EVENT_EXECUTE, TPUC_EVENT_BEGIN, name, "", device, 0, id);
-    st = tpuc_execute_donating(e->exe, device, args, donate, np, outs, wait);
+    /* e->aliased: the parameters the program aliases; without it none is,
+     * and donate[] (then all false) says so */
+    st = tpuc_execute_aliasing(e->exe, device, args, donate, e->aliased ? e->aliased : donate, np,
+                               outs, wait);
     if (observed) {
       tpuc_event_emit(rt, TPUC_EVENT_EXECUTE, TPUC_EVENT_END, name, "", device, 0, id);
       if (!st) tpuc_event_on_done(rt, outs[0], name, device, id);

@@ -4,6 +4,8 @@
 #ifndef TPUC_PLAN_H
 #define TPUC_PLAN_H
 
+#include <string.h>
+
 #include "../lower/lower.h"
 #include "checks.h"
 #include "exec.h"
@@ -38,7 +40,17 @@ typedef struct {
   bool heap, oom;
 } keybuf;
 
-void key_put(keybuf *k, const void *p, size_t n);
+/* Appends n bytes. A signature is ~50 puts per op: the common case (room
+ * left) is inline, growing is key_grow_put's. */
+void key_grow_put(keybuf *k, const void *p, size_t n);
+static inline void key_put(keybuf *k, const void *p, size_t n) {
+  if (k->len + n > k->cap) {
+    key_grow_put(k, p, n);
+    return;
+  }
+  memcpy(k->b + k->len, p, n);
+  k->len += n;
+}
 void key_free(keybuf *k);
 /* Appends a call: op, tensor geometry with slot numbers, static arguments,
  * scalar kinds. Fills tslot/oslot (slot of each tensor / output). */

@@ -18,6 +18,12 @@ tpuc_status *tpuc_execute(tpuc_executable *e, int device, tpuc_buffer *const *ar
 tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *const *args,
                                    const bool *donate, int nargs, tpuc_buffer **outs,
                                    bool wait) {
+  return tpuc_execute_aliasing(e, device, args, donate, NULL, nargs, outs, wait);
+}
+
+tpuc_status *tpuc_execute_aliasing(tpuc_executable *e, int device, tpuc_buffer *const *args,
+                                   const bool *donate, const bool *aliasable, int nargs,
+                                   tpuc_buffer **outs, bool wait) {
   tpuc_runtime *rt = e->rt;
   const tpuc_plugin *p = &rt->plugin;
   if (device < 0 || device >= rt->device_count)
@@ -48,7 +54,10 @@ tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *
   }
   for (int i = 0; i < nargs; i++) {
     arg_bufs[i] = args[i]->buf;
-    if (!donate || !donate[i]) keep[nkeep++] = i;
+    /* only an argument the program may alias can be donated: listing the
+     * others changes nothing, and the plugin builds a hash set of the list
+     * on every launch */
+    if ((!donate || !donate[i]) && (!aliasable || aliasable[i])) keep[nkeep++] = i;
   }
   for (int i = 0; i < e->num_outputs; i++) out_bufs[i] = NULL;
 

@@ -178,6 +178,12 @@ struct tpuc_executable {
  * releasing it remains valid. The caller guarantees nobody else uses it. */
 tpuc_status *tpuc_execute_donating(tpuc_executable *e, int device, tpuc_buffer *const *args,
                                    const bool *donate, int nargs, tpuc_buffer **outs, bool wait);
+/* tpuc_execute_donating for a program that may alias only the arguments with
+ * aliasable[i] set (NULL: any) with an output, as the program's own
+ * input_output_alias says: the others are not listed as non-donatable. */
+tpuc_status *tpuc_execute_aliasing(tpuc_executable *e, int device, tpuc_buffer *const *args,
+                                   const bool *donate, const bool *aliasable, int nargs,
+                                   tpuc_buffer **outs, bool wait);
 /* Notes that `transient` more bytes are in use on `device` for a moment
  * (a program's scratch memory): only the peak can change. */
 void tpuc_runtime_note_transient(tpuc_runtime *rt, int device, int64_t transient);
