@@ -33,7 +33,7 @@ launched when a result is read, when an eager op uses a result, at
 launch starts again (the next step).
 
 The backward graph is launched as consecutive programs
-(``TPUC_BACKWARD_PROGRAMS``, default 2; ``_split_runner``), so that the saved
+(``TPUC_BACKWARD_PROGRAMS``, default 6; ``_split_runner``), so that the saved
 activations only its first part reads are freed before the rest runs, and
 the forward/backward split is AOTAutograd's min-cut partitioner, with the
 random bits of a checkpointed region kept rather than drawn again
@@ -346,7 +346,7 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) ->
 
 
 def _backward_parts() -> int:
-    v = os.environ.get("TPUC_BACKWARD_PROGRAMS", "2").strip()
+    v = os.environ.get("TPUC_BACKWARD_PROGRAMS", "6").strip()
     try:
         n = int(v)
     except ValueError:
@@ -371,11 +371,18 @@ def _split_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     parts = min(parts, len(compute))
     if parts <= 1:
         return _graph_runner(gm, example_inputs)
-    index = {n: i for i, n in enumerate(compute)}
     # node order is a topological order: the part numbers never decrease
-    # along a dependency, so the parts run one after the other
-    top = split_module(gm, None, lambda n: index[n] * parts // len(compute),
-                       keep_original_order=True, tuple_return=True)
+    # along a dependency, so the parts run one after the other. A getitem stays
+    # in its producer's part: cut between them, a part would take the
+    # producer's whole tuple (e.g. native_dropout's (out, mask)) as one
+    # argument, which a program cannot (found with TPUC_BACKWARD_PROGRAMS=6).
+    part: dict[torch.fx.Node, int] = {}
+    for i, n in enumerate(compute):
+        src = n.args[0] if n.target is operator.getitem and n.args else None
+        part[n] = (part[src] if isinstance(src, torch.fx.Node) and src in part
+                   else i * parts // len(compute))
+    top = split_module(gm, None, lambda n: part[n], keep_original_order=True,
+                       tuple_return=True)
     global _graphs_compiled
     with _lock:
         _graphs_compiled += 1  # one graph for dynamo_compiles, whatever its parts
