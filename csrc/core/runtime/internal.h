@@ -103,10 +103,12 @@ struct tpuc_runtime {
   atomic_bool check_bounds;            /* TPUC_CHECK_BOUNDS=1 / tpuc_set_check_bounds */
   struct tpuc_check_state *checks;     /* results kept until the next synchronisation */
 
-  /* the observer (events.c); the pair is swapped under hook_lock */
+  /* the observer (events.c): the pair is swapped under hook_lock, and read
+   * without it, consistently, through hook_seq (a sequence lock) */
   pthread_mutex_t hook_lock;
   _Atomic(tpuc_event_fn) hook;
-  void *hook_user;
+  _Atomic(void *) hook_user;
+  atomic_uint hook_seq; /* odd while the pair is being swapped */
   atomic_ullong event_ids;
   atomic_bool want_done; /* report DEVICE_DONE (tpuc_set_event_device_done) */
 
