@@ -68,6 +68,7 @@ struct tpuc_runtime {
   int64_t xla_version;
   int64_t shlo_current[3], shlo_minimum[3];
   int device_count;
+  bool single_device; /* the client has one device in all, addressable here */
   tpuc_device_rec *devices;
 
   pthread_mutex_t mem_lock; /* device accounting */
@@ -173,6 +174,8 @@ struct tpuc_executable {
   int *out_ndims;
   int64_t (*out_dims)[TPUC_MAX_DIMS];
   int64_t temp_bytes; /* scratch memory while it runs (0: the plugin does not say) */
+  bool bound; /* compiled for the client's only device, not portable: launched
+               * without execute_device (compile.c) */
 };
 
 /* tpuc_execute, donating each args[i] with donate[i] set (NULL: none) to the
