@@ -100,9 +100,14 @@ void begin_range(int kind, std::string name) {
 }
 
 void end_range(int kind, int64_t bytes, const char* op_name) {
-  if (t_ranges.empty() || t_ranges.back().kind != kind) return;  // observer set mid-range
-  Range r = std::move(t_ranges.back());
-  t_ranges.pop_back();
+  std::vector<Range>& ranges = t_ranges;  // one thread-local lookup
+  if (ranges.empty() || ranges.back().kind != kind) return;  // observer set mid-range
+  if (!ranges.back().rf && ranges.back().t0 == 0.0) {  // nobody was watching its BEGIN
+    ranges.pop_back();
+    return;
+  }
+  Range r = std::move(ranges.back());
+  ranges.pop_back();
   r.rf.reset();  // ends the profiler's range
   Collector& c = collector();
   if (!c.on.load() || r.t0 == 0.0) return;
@@ -134,7 +139,7 @@ void on_event(const tpuc_event* ev, void*) {
       // END still pairs, without building its name or a RecordFunction (that
       // cost more than half a microsecond on every launch).
       if (!c.on.load() && !at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)) {
-        t_ranges.push_back(Range{ev->kind, std::string(), nullptr, 0.0});
+        t_ranges.emplace_back().kind = ev->kind;  // built in place: no name, no start
         return;
       }
       begin_range(ev->kind, range_name(ev));

@@ -14,8 +14,12 @@ tpuc_status *tpuc_storage_create(tpuc_runtime *rt, int device, size_t nbytes, tp
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
                             "device index %d is out of range: %d device(s) available", device,
                             rt->device_count);
-  tpuc_storage *s = calloc(1, sizeof *s);
+  /* malloc, not calloc (which skips glibc's thread cache); every field is
+   * set here, and not as one memset, which the compiler would turn back
+   * into calloc */
+  tpuc_storage *s = malloc(sizeof *s);
   if (!s) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  s->buf = NULL;
   pthread_mutex_init(&s->lock, NULL);
   atomic_init(&s->refs, 1);
   atomic_init(&s->alive, true);

@@ -8,20 +8,34 @@
 #include "internal.h"
 
 void tpuc_set_event_hook(tpuc_runtime *rt, tpuc_event_fn fn, void *user) {
-  pthread_mutex_lock(&rt->hook_lock);
-  rt->hook_user = user;
-  atomic_store(&rt->hook, fn);
+  pthread_mutex_lock(&rt->hook_lock); /* one writer at a time */
+  unsigned seq = atomic_load_explicit(&rt->hook_seq, memory_order_relaxed);
+  atomic_store_explicit(&rt->hook_seq, seq + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&rt->hook_user, user, memory_order_relaxed);
+  atomic_store_explicit(&rt->hook, fn, memory_order_relaxed);
+  atomic_store_explicit(&rt->hook_seq, seq + 2, memory_order_release);
   pthread_mutex_unlock(&rt->hook_lock);
+}
+
+/* The pair as one writer left it, without a lock (an event per launch: a
+ * mutex here was two locked instructions and two calls on every op). */
+static tpuc_event_fn read_hook(tpuc_runtime *rt, void **user) {
+  for (;;) {
+    unsigned s1 = atomic_load_explicit(&rt->hook_seq, memory_order_acquire);
+    tpuc_event_fn fn = atomic_load_explicit(&rt->hook, memory_order_relaxed);
+    *user = atomic_load_explicit(&rt->hook_user, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (!(s1 & 1u) && atomic_load_explicit(&rt->hook_seq, memory_order_relaxed) == s1) return fn;
+  }
 }
 
 void tpuc_event_emit(tpuc_runtime *rt, tpuc_event_kind kind, tpuc_event_phase phase,
                      const char *name, const char *detail, int device, int64_t bytes,
                      uint64_t id) {
   if (!tpuc_events_on(rt)) return;
-  pthread_mutex_lock(&rt->hook_lock);
-  tpuc_event_fn fn = atomic_load(&rt->hook);
-  void *user = rt->hook_user;
-  pthread_mutex_unlock(&rt->hook_lock);
+  void *user;
+  tpuc_event_fn fn = read_hook(rt, &user);
   if (!fn) return;
   tpuc_event ev = {kind, phase, name ? name : "", detail ? detail : "", device, bytes, id};
   fn(&ev, user);

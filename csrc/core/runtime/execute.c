@@ -91,7 +91,9 @@ tpuc_status *tpuc_execute_aliasing(tpuc_executable *e, int device, tpuc_buffer *
   a.num_args = (size_t)nargs;
   a.output_lists = out_lists;
   a.device_complete_events = complete; /* waited for here, or kept for synchronize */
-  a.execute_device = rt->devices[device].device;
+  /* a bound executable runs on the device it was compiled for, the only one
+   * (device was checked above) */
+  a.execute_device = e->bound ? NULL : rt->devices[device].device;
   s = tpuc_plugin_error(p, execute(&a), "launching a program");
   if (s) {
     s = tpuc_oom_explain(rt, device, s, need);

@@ -68,6 +68,7 @@ struct tpuc_runtime {
   int64_t xla_version;
   int64_t shlo_current[3], shlo_minimum[3];
   int device_count;
+  bool single_device; /* the client has one device in all, addressable here */
   tpuc_device_rec *devices;
 
   pthread_mutex_t mem_lock; /* device accounting */
@@ -103,10 +104,12 @@ struct tpuc_runtime {
   atomic_bool check_bounds;            /* TPUC_CHECK_BOUNDS=1 / tpuc_set_check_bounds */
   struct tpuc_check_state *checks;     /* results kept until the next synchronisation */
 
-  /* the observer (events.c); the pair is swapped under hook_lock */
+  /* the observer (events.c): the pair is swapped under hook_lock, and read
+   * without it, consistently, through hook_seq (a sequence lock) */
   pthread_mutex_t hook_lock;
   _Atomic(tpuc_event_fn) hook;
-  void *hook_user;
+  _Atomic(void *) hook_user;
+  atomic_uint hook_seq; /* odd while the pair is being swapped */
   atomic_ullong event_ids;
   atomic_bool want_done; /* report DEVICE_DONE (tpuc_set_event_device_done) */
 
@@ -171,6 +174,8 @@ struct tpuc_executable {
   int *out_ndims;
   int64_t (*out_dims)[TPUC_MAX_DIMS];
   int64_t temp_bytes; /* scratch memory while it runs (0: the plugin does not say) */
+  bool bound; /* compiled for the client's only device, not portable: launched
+               * without execute_device (compile.c) */
 };
 
 /* tpuc_execute, donating each args[i] with donate[i] set (NULL: none) to the

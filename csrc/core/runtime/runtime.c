@@ -173,6 +173,17 @@ static tpuc_status *list_devices(tpuc_runtime *rt) {
     rt->devices[i].device = a.devices[i];
     if ((s = describe_device(rt, &rt->devices[i]))) return s;
   }
+  /* one device in all (not one of several processes' devices): programs are
+   * compiled bound to it (compile.c) */
+  pj_generic_fn all = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_CLIENT_DEVICES);
+  if (all && a.num_devices == 1) {
+    pj_client_devices_args g = {0};
+    g.struct_size = PJ_SIZE(pj_client_devices_args, num_devices);
+    g.client = rt->client;
+    tpuc_status *gs = tpuc_plugin_error(&rt->plugin, all(&g), NULL);
+    rt->single_device = !gs && g.num_devices == 1 && g.devices && g.devices[0] == a.devices[0];
+    tpuc_status_destroy(gs);
+  }
   return NULL;
 }
 
