@@ -53,10 +53,8 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch._dynamo.config as dcfg
-    from llama import Llama
-
     import tpuc  # noqa: F401
-    from cases.common import train_step_fn
+    from cases.common import example_step
     from cases.replay import _configs
     from tpuc import dynamo
 
@@ -85,13 +83,7 @@ def main() -> None:
 
     def make(name: str):
         dev = "cpu" if name == "cpu" else "tpu"
-        torch.manual_seed(0)
-        m = Llama(cfg).to(dev)
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-3, capturable=dev == "tpu")
-        g = torch.Generator().manual_seed(0)
-        x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(dev)
-        y = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(dev)
-        step = train_step_fn(m, opt, x, y)
+        m, opt, x, y, step = example_step(cfg, dev, batch, seq, capturable=dev == "tpu")
         return (m, opt, x, y), (torch.compile(step, backend="tpu") if dev == "tpu" else step)
 
     names = a.who.split(",")

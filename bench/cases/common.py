@@ -43,6 +43,25 @@ def train_step_fn(model, opt, x, y):
     return step
 
 
+def example_step(cfg, device: str, batch: int, seq: int, capturable: bool = False,
+                 wrap: Callable | None = None):
+    """The example Llama of ``cfg`` on ``device`` (seed 0), optionally wrapped (``wrap(model)``,
+    e.g. checkpointed blocks), its AdamW (``capturable`` for a compiled step) and one fixed batch
+    of ``batch`` x ``seq`` tokens: ``(model, opt, x, y, step)``, the same data for every
+    contender."""
+    from llama import Llama
+
+    torch.manual_seed(0)
+    model = Llama(cfg).to(device)
+    if wrap is not None:
+        model = wrap(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
+    y = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
+    return model, opt, x, y, train_step_fn(model, opt, x, y)
+
+
 def sync(device: str) -> None:
     if device.startswith("tpu"):
         torch.tpu.synchronize()

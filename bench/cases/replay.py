@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from .common import compiled_available, eager_mode, fused_available, tpu_available, train_step_fn
+from .common import compiled_available, eager_mode, example_step, fused_available, tpu_available
 
 COMMAND = "make bench BENCH_CASES=replay"
 
@@ -70,8 +70,6 @@ class _Contender:
     """One contender's model, optimizer and step, built once, stepped in turns."""
 
     def __init__(self, cfg, name: str, batch: int, seq: int, ac: bool = False):
-        from llama import Llama
-
         from tpuc import dynamo
 
         self.name = name
@@ -81,16 +79,9 @@ class _Contender:
         self.mode = "fused" if name.startswith("tpu fused") else "strict"
         # "tpu fused" replays its repeated chunks (the default); ", record" records every one
         self.fused_replay = name != "tpu fused, record"
-        torch.manual_seed(0)
-        model = Llama(cfg).to(self.device)
-        if ac:
-            model = _checkpointed(model)
-        self.model = model
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=self.compiled)
-        g = torch.Generator().manual_seed(0)
-        x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(self.device)
-        y = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(self.device)
-        step = train_step_fn(model, self.opt, x, y)
+        self.model, self.opt, _, _, step = example_step(cfg, self.device, batch, seq,
+                                                        capturable=self.compiled,
+                                                        wrap=_checkpointed if ac else None)
         self.step = torch.compile(step, backend="tpu") if self.compiled else step
         self._dynamo = dynamo
         self.host, self.total = [], []

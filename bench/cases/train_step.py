@@ -5,8 +5,8 @@ import time
 
 import torch
 
-from .common import (compiled_available, eager_mode, fused_available, machine_peak,
-                     tpu_available, train_step_fn)
+from .common import (compiled_available, eager_mode, example_step, fused_available,
+                     machine_peak, tpu_available)
 
 COMMAND = "make bench BENCH_CASES=train_step"
 
@@ -27,18 +27,10 @@ def configs(quick: bool) -> dict:
 
 
 def _measure(cfg, contender: str, batch: int, seq: int, steps: int, warmup: int) -> dict:
-    from llama import Llama
-
     device = "cpu" if contender.startswith("cpu") else "tpu"
-    torch.manual_seed(0)
-    model = Llama(cfg).to(device)
     # the compiled contender compiles the whole step, optimizer included, which
     # wants the optimizer's step counters on the device (capturable)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=contender == "tpu compiled")
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
-    y = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g).to(device)
-    step = train_step_fn(model, opt, x, y)
+    model, _, _, _, step = example_step(cfg, device, batch, seq, capturable=contender == "tpu compiled")
     if contender == "cpu inductor":
         step = torch.compile(step)
     if contender == "tpu compiled":
