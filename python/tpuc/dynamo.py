@@ -33,9 +33,10 @@ launched when a result is read, when an eager op uses a result, at
 launch starts again (the next step).
 
 The backward graph is launched as consecutive programs
-(``TPUC_BACKWARD_PROGRAMS``, default 6; ``_split_runner``), so that the saved
-activations only its first part reads are freed before the rest runs, and
-the forward/backward split is AOTAutograd's min-cut partitioner, with the
+(``TPUC_BACKWARD_PROGRAMS``, default 6; ``_split_runner``), cut where the
+fewest bytes cross (``_cut_points``, constants made again in each part), so
+that the saved activations only its first part reads are freed before the
+rest runs, and the forward/backward split is AOTAutograd's min-cut partitioner, with the
 random bits of a checkpointed region kept rather than drawn again
 (``_partition``): the compiled step's peak stays at or below strict eager's,
 and checkpointed dropout is replayed.
