@@ -342,6 +342,8 @@ def write(root: str, machine: dict, quick: bool) -> str:
                 base = strict.get((row.get("model"), row["ac"]))
                 return f"{row['peak_bytes'] / base:.3f}x" if base else ""
 
+            if r.get("memory_rows_run"):  # the memory rows rerun alone (REPLAY_BENCH_ONLY=peaks)
+                L += [f"Memory rows from their own run: {r['memory_rows_run']}.", ""]
             L += [f"Peak device memory ({r.get('memory_model')} model; peak / strict's at the "
                   "same checkpointing):", "",
                   "| model | contender | activation checkpointing | peak MB | vs strict | step s |",

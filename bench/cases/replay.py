@@ -157,6 +157,48 @@ def _speed_rows(quick: bool) -> list[dict]:
     return rows
 
 
+class _ProgramPeaks:
+    """Peak device bytes of each program a compiled step launches: while
+    active, every graph runner the tpu backend makes (forward, each backward
+    part, the optimizer step) resets the peak before its launch and reads it
+    after (the step's own peak is then the largest of these)."""
+
+    def __init__(self):
+        self.log: list[tuple[int, int, int]] = []  # (runner, in use before, peak)
+        self.made = 0
+
+    def __enter__(self):
+        from tpuc import dynamo
+
+        self._dynamo, self._orig = dynamo, dynamo._graph_runner
+
+        def make(gm, example_inputs, part=False):
+            inner = self._orig(gm, example_inputs, part)
+            gid = self.made
+            self.made += 1
+
+            def run(args):
+                before = torch.tpu.memory_allocated()
+                torch.tpu.reset_peak_memory_stats()
+                out = inner(args)
+                self.log.append((gid, before, torch.tpu.max_memory_allocated()))
+                return out
+
+            run._boxed_call = True
+            return run
+
+        dynamo._graph_runner = make
+        return self
+
+    def __exit__(self, *exc):
+        self._dynamo._graph_runner = self._orig
+        return False
+
+    def last_step(self) -> list[dict]:
+        n = self.made  # one launch of each runner per step
+        return [{"program": g, "in_use_before": b, "peak_bytes": p} for g, b, p in self.log[-n:]]
+
+
 def _peak(cfg, name: str, ac: bool, batch: int, seq: int) -> dict:
     # Measured alone: a fresh Dynamo cache, so this contender's step is compiled for it
     # (every contender compiles the same step function; past Dynamo's recompile limit a
@@ -173,8 +215,18 @@ def _peak(cfg, name: str, ac: bool, batch: int, seq: int) -> dict:
         c.run(record=True)
         torch.tpu.synchronize()
         peak = torch.tpu.max_memory_allocated()  # the last (steady) step's
-    return {"contender": name, "ac": ac, "peak_bytes": peak, "in_use_before": before,
-            "step_s": _med(c.total)["median"]}
+    row = {"contender": name, "ac": ac, "peak_bytes": peak, "in_use_before": before,
+           "step_s": _med(c.total)["median"]}
+    if name == "tpu compiled, replay":  # where the peak is: one more step, program by program
+        with _ProgramPeaks() as pp:
+            torch._dynamo.reset()
+            del c
+            gc.collect()
+            c = _Contender(cfg, name, batch, seq, ac=ac)
+            for _ in range(3):
+                c.run(record=False)
+        row["program_peaks"] = pp.last_step()
+    return row
 
 
 _COPY_STEP = """
@@ -240,10 +292,12 @@ def run(quick: bool) -> dict:
     import torch._dynamo.config as dcfg
 
     load_before = os.getloadavg()  # the shared machine's load: how far to trust the step times
+    # REPLAY_BENCH_ONLY=peaks: the memory rows alone (a minute at 5M, load-independent)
+    peaks_only = os.environ.get("REPLAY_BENCH_ONLY", "") == "peaks"
     limit = dcfg.recompile_limit
     dcfg.recompile_limit = max(limit, 64)
     try:
-        rows = _speed_rows(quick)
+        rows = [] if peaks_only else _speed_rows(quick)
     finally:
         dcfg.recompile_limit = limit
     batch, seq = (4, 32) if quick else (8, 128)
@@ -268,7 +322,10 @@ def run(quick: bool) -> dict:
                     row = {"contender": n, "ac": ac, "error": f"{type(e).__name__}: {e}"[:200]}
                 row["model"] = size
                 mem.append(row)
-    copies = _copy_rows(_tiny(), 4, 32) if quick else _copy_rows(_configs(False)["5M"], batch, seq)
+    if peaks_only:
+        copies = []
+    else:
+        copies = _copy_rows(_tiny(), 4, 32) if quick else _copy_rows(_configs(False)["5M"], batch, seq)
     return {
         "title": "Replay: the compiled step launched without recording its ops",
         "copy_rows": copies,

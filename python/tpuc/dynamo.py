@@ -33,9 +33,10 @@ launched when a result is read, when an eager op uses a result, at
 launch starts again (the next step).
 
 The backward graph is launched as consecutive programs
-(``TPUC_BACKWARD_PROGRAMS``, default 6; ``_split_runner``), so that the saved
-activations only its first part reads are freed before the rest runs, and
-the forward/backward split is AOTAutograd's min-cut partitioner, with the
+(``TPUC_BACKWARD_PROGRAMS``, default 6; ``_split_runner``), cut where the
+fewest bytes cross (``_cut_points``, constants made again in each part), so
+that the saved activations only its first part reads are freed before the
+rest runs, and the forward/backward split is AOTAutograd's min-cut partitioner, with the
 random bits of a checkpointed region kept rather than drawn again
 (``_partition``): the compiled step's peak stays at or below strict eager's,
 and checkpointed dropout is replayed.
@@ -356,6 +357,121 @@ def _backward_parts() -> int:
     return n
 
 
+def _nbytes(n: torch.fx.Node) -> int:
+    """A node's tensor bytes from its traced value (0 for a tuple: its
+    getitems count; a symbolic size by its hint)."""
+    v = n.meta.get("val")
+    if not isinstance(v, torch.Tensor):
+        return 0
+    k = v.numel()
+    if isinstance(k, torch.SymInt):
+        k = k.node.hint
+    return int(k) * v.element_size() if isinstance(k, int) else 0
+
+
+def _cut_points(gm: torch.fx.GraphModule, compute: list[torch.fx.Node], parts: int,
+                consts: set[torch.fx.Node]) -> list[int]:
+    """The first node (an index into ``compute``) of each of ``parts`` parts.
+
+    Each cut sits near an equal share of the nodes (within half a share) at
+    the place where the fewest bytes cross it: the tensors made before the cut
+    and read after it (saved activations still to be read, recomputed
+    activations, gradients of activations). A part's arguments and the
+    values it hands on stay allocated for its whole launch, next to its
+    scratch, so a cut inside a block's recompute (its intermediates crossing)
+    raises both neighbours' peaks; between blocks only the activation
+    gradient and the saved tensors not yet read cross. The backward's
+    outputs (parameter gradients) are left out: they stay allocated to the
+    end whichever part makes them. Constants (``consts``) cross nothing: each
+    part makes its own (_remake_constants)."""
+    nodes = list(gm.graph.nodes)
+    index = {n: i for i, n in enumerate(compute)}
+    outs = set(nodes[-1].all_input_nodes) if nodes and nodes[-1].op == "output" else set()
+    m = len(compute)
+    # delta[c]: change of the bytes crossing the cut before compute[c]
+    delta = [0] * (m + 1)
+    for n in nodes:
+        if n.op == "output" or n in outs or n in consts:
+            continue
+        uses = [index[u] for u in n.users if u in index]
+        if not uses:
+            continue
+        first = index[n] + 1 if n in index else 0  # a placeholder crosses from the start
+        last = max(uses)
+        if last >= first:
+            b = _nbytes(n)
+            delta[first] += b
+            delta[last + 1] -= b
+    cross, acc = [], 0
+    for c in range(m):
+        acc += delta[c]
+        cross.append(acc)
+    starts = [0]
+    half = max(1, m // (2 * parts))
+    for k in range(1, parts):
+        ideal = k * m // parts
+        lo, hi = max(starts[-1] + 1, ideal - half), min(m - (parts - k), ideal + half)
+        best = None
+        for c in range(lo, hi + 1):
+            if compute[c].target is operator.getitem:
+                continue  # stays with its producer
+            key = (cross[c], abs(c - ideal))
+            if best is None or key < best[0]:
+                best = (key, c)
+        starts.append(best[1] if best is not None else max(starts[-1] + 1, ideal))
+    return starts
+
+
+def _constants(compute: list[torch.fx.Node]) -> set[torch.fx.Node]:
+    """The nodes whose value depends on no input: factory ops (full, empty,
+    scalar_tensor, ...) that draw nothing, and ops reading only those (e.g.
+    the backward's `full_like(empty_permuted(...), 1)`, the ones of every
+    block's SiLU backward, which CSE made one tensor for all blocks)."""
+    consts: set[torch.fx.Node] = set()
+    for n in compute:
+        if (n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor)
+                and torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ())
+                and all(a in consts for a in n.all_input_nodes)):
+            consts.add(n)
+    return consts
+
+
+def _remake_constants(gm: torch.fx.GraphModule, consts: set[torch.fx.Node],
+                      part: dict[torch.fx.Node, int]) -> None:
+    """A constant read by a later part is made again in that part instead of
+    handed to it: handed on, it stays allocated through every part between
+    (2.8 MB of ones at the 5M example, from the first part to the last); made
+    in the part, XLA fuses it into its readers."""
+    made: dict[tuple[torch.fx.Node, int], torch.fx.Node] = {}
+
+    def copy(c: torch.fx.Node, p: int, before: torch.fx.Node) -> torch.fx.Node:
+        if part[c] == p:
+            return c
+        if (c, p) not in made:
+            args = torch.fx.node.map_arg(c.args, lambda a: copy(a, p, before))
+            kwargs = torch.fx.node.map_arg(c.kwargs, lambda a: copy(a, p, before))
+            with gm.graph.inserting_before(before):
+                r = gm.graph.call_function(c.target, args, kwargs)  # type: ignore[arg-type]
+            r.meta = dict(c.meta)
+            part[r] = p
+            made[(c, p)] = r
+        return made[(c, p)]
+
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n in consts or n not in part:
+            continue
+        for a in n.all_input_nodes:
+            if a in consts and part[a] != part[n]:
+                n.replace_input_with(a, copy(a, part[n], n))
+                changed = True
+    if changed:
+        for n in reversed(list(gm.graph.nodes)):
+            if n in consts and not n.users:
+                gm.graph.erase_node(n)
+        gm.recompile()
+
+
 def _split_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The backward graph launched as consecutive programs (each recorded and
     replayed like any graph): the saved activations that only the first part
@@ -376,11 +492,16 @@ def _split_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     # in its producer's part: cut between them, a part would take the
     # producer's whole tuple (e.g. native_dropout's (out, mask)) as one
     # argument, which a program cannot (found with TPUC_BACKWARD_PROGRAMS=6).
+    consts = _constants(compute)
+    starts = _cut_points(gm, compute, parts, consts)
     part: dict[torch.fx.Node, int] = {}
+    k = 0
     for i, n in enumerate(compute):
+        while k + 1 < len(starts) and starts[k + 1] <= i:
+            k += 1
         src = n.args[0] if n.target is operator.getitem and n.args else None
-        part[n] = (part[src] if isinstance(src, torch.fx.Node) and src in part
-                   else i * parts // len(compute))
+        part[n] = part[src] if isinstance(src, torch.fx.Node) and src in part else k
+    _remake_constants(gm, consts, part)
     top = split_module(gm, None, lambda n: part[n], keep_original_order=True,
                        tuple_return=True)
     global _graphs_compiled
