@@ -111,7 +111,7 @@ static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
     }
   }
   if (c->ntensors) memcpy(r->tensors, c->tensors, (size_t)c->ntensors * sizeof *r->tensors);
-  memcpy(r->tensors + c->ntensors, c->outputs, (size_t)c->noutputs * sizeof *r->tensors);
+  if (c->noutputs) memcpy(r->tensors + c->ntensors, c->outputs, (size_t)c->noutputs * sizeof *r->tensors);
   for (int i = 0; i < nt; i++) {
     if (!r->tensors[i].storage) continue;
     tpuc_storage_retain(r->tensors[i].storage);
