@@ -1,12 +1,14 @@
 /* checks.c — results of the run-time checks programs compute (index bounds,
- * lower/bounds.c) turned into PyTorch's errors.
+ * lower/bounds.c; torch._assert_async, lower/assert.c) turned into
+ * PyTorch's errors.
  *
  * A program built with checks returns one extra s64[2n] result: per check
  * {failed, first offending value}. In debug mode (and whenever the caller
  * waits) it is read right after the launch and a failure is returned before
  * any result is bound, so the op raises and in-place targets keep their
- * values, as on the CPU. With TPUC_CHECK_BOUNDS=1 in strict, fused and
- * compiled execution nothing waits: the result buffer is kept and read at
+ * values, as on the CPU. With TPUC_CHECK_BOUNDS=1 (and for every
+ * torch._assert_async) in strict, fused and compiled execution nothing
+ * waits: the result buffer is kept and read at
  * the next synchronisation point (a host read of a storage,
  * tpuc_synchronize), which then reports the first failure — CUDA's model of
  * device-side asserts. The kept list is bounded: beyond POLL_AT entries the
@@ -36,12 +38,22 @@ typedef struct tpuc_check_state {
 } check_state;
 
 check_set *check_set_new(const tpuc_check *v, int n) {
-  check_set *cs = malloc(sizeof *cs + (size_t)n * sizeof cs->d[0]);
+  size_t text = 0; /* the messages follow the descriptions */
+  for (int i = 0; i < n; i++) text += v[i].msg ? strlen(v[i].msg) + 1 : 0;
+  check_set *cs = malloc(sizeof *cs + (size_t)n * sizeof cs->d[0] + text);
   if (!cs) return NULL;
   atomic_init(&cs->refs, 1);
   cs->n = n;
-  for (int i = 0; i < n; i++)
-    cs->d[i] = (check_desc){v[i].op ? v[i].op : "an op", v[i].kind, v[i].dim, v[i].size};
+  char *p = (char *)&cs->d[n];
+  for (int i = 0; i < n; i++) {
+    cs->d[i] = (check_desc){v[i].op ? v[i].op : "an op", v[i].kind, v[i].dim, v[i].size, NULL};
+    if (v[i].msg) {
+      size_t len = strlen(v[i].msg) + 1;
+      memcpy(p, v[i].msg, len);
+      cs->d[i].msg = p;
+      p += len;
+    }
+  }
   return cs;
 }
 
@@ -61,9 +73,24 @@ bool tpuc_checks_wanted(tpuc_runtime *rt, bool wait) {
 void tpuc_set_check_bounds(tpuc_runtime *rt, bool on) { atomic_store(&rt->check_bounds, on); }
 bool tpuc_get_check_bounds(tpuc_runtime *rt) { return atomic_load(&rt->check_bounds); }
 
+/* torch._assert_async's failure: the CPU's words (its message, or the
+ * kernel's own when there is none), and where it was found when deferred. */
+static tpuc_status *assert_failure(const check_desc *d, bool deferred) {
+  const char *what = !d->msg ? "Expected Tensor with single nonzero value, but got zero"
+                     : !*d->msg ? "Assertion is failed" : d->msg;
+  if (!deferred) return tpuc_status_make(TPUC_ERR_RUNTIME, "%s", what);
+  return tpuc_status_make(TPUC_ERR_RUNTIME,
+                          "%s (device-side assert triggered: a torch._assert_async launched "
+                          "earlier (%s) found its condition false on the device, reported at this "
+                          "synchronisation. Run with TPUC_LAUNCH_BLOCKING=1 or "
+                          "torch.tpu.set_eager_mode(\"debug\") to raise at the assert itself)",
+                          what, d->op);
+}
+
 /* PyTorch's words for check d failing at value v. */
 static tpuc_status *failure(const check_desc *d, int64_t v, bool deferred) {
-  char what[256];
+  if (d->kind == TPUC_CHECK_ASSERT) return assert_failure(d, deferred);
+  char what[256] = "";
   tpuc_code code = TPUC_ERR_INDEX;
   long long vv = (long long)v, n = (long long)d->size;
   switch (d->kind) {
@@ -87,6 +114,8 @@ static tpuc_status *failure(const check_desc *d, int64_t v, bool deferred) {
       snprintf(what, sizeof what,
                "index_copy_(): index %lld is out of bounds for dimension %d with size %lld", vv,
                d->dim, n);
+      break;
+    case TPUC_CHECK_ASSERT: /* assert_failure */
       break;
   }
   if (!deferred) return tpuc_status_make(code, "%s: %s", d->op, what);

@@ -1,6 +1,7 @@
-/* checks.h — run-time checks computed inside programs (index bounds) and
- * how their results reach the user: at once in debug mode, at the next
- * synchronisation point otherwise (as CUDA reports device-side asserts). */
+/* checks.h — run-time checks computed inside programs (index bounds,
+ * torch._assert_async) and how their results reach the user: at once in
+ * debug mode, at the next synchronisation point otherwise (as CUDA reports
+ * device-side asserts). */
 #ifndef TPUC_CHECKS_H
 #define TPUC_CHECKS_H
 
@@ -14,6 +15,7 @@ typedef struct {
   tpuc_check_kind kind;
   int dim;
   int64_t size;
+  const char *msg; /* TPUC_CHECK_ASSERT: the assert's message (in the set), or NULL */
 } check_desc;
 
 typedef struct check_set {
@@ -22,7 +24,8 @@ typedef struct check_set {
   check_desc d[];
 } check_set;
 
-/* A set describing checks v[0..n-1] (one reference), or NULL when out of memory. */
+/* A set describing checks v[0..n-1] (one reference; messages copied into
+ * it), or NULL when out of memory. */
 check_set *check_set_new(const tpuc_check *v, int n);
 check_set *check_set_retain(check_set *cs);
 void check_set_release(check_set *cs);

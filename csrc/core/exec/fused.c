@@ -111,7 +111,7 @@ static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
     }
   }
   if (c->ntensors) memcpy(r->tensors, c->tensors, (size_t)c->ntensors * sizeof *r->tensors);
-  memcpy(r->tensors + c->ntensors, c->outputs, (size_t)c->noutputs * sizeof *r->tensors);
+  if (c->noutputs) memcpy(r->tensors + c->ntensors, c->outputs, (size_t)c->noutputs * sizeof *r->tensors);
   for (int i = 0; i < nt; i++) {
     if (!r->tensors[i].storage) continue;
     tpuc_storage_retain(r->tensors[i].storage);
@@ -264,8 +264,9 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
     if (e != ne) owned = ne;
     if (!e) e = ne;
   }
-  /* a graph with bounds checks is not captured for replay: replay launches do not read
-     the check results, so such a graph is recorded on every call instead */
+  /* a graph with bounds checks (TPUC_CHECK_BOUNDS) is not captured for replay: it is
+     recorded on every call instead, so that switching the checks off takes effect.
+     Asserts (torch._assert_async) are the graph's own ops: replay keeps their checks */
   if (checks) capture = NULL; /* *capture stays NULL: the caller records again */
   if (capture) st = replay_from_plan(rt, device, e, &s, read, live, calls, capture);
   if (!st) st = plan_launch(rt, device, e, &s, calls, wait);

@@ -131,8 +131,9 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
                             "device index %d is out of range: %d device(s) available", c->device,
                             rt->device_count);
-  if (c->noutputs < 1)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "%s: the call has no output",
+  /* (no output is allowed: torch._assert_async's effect is its run-time check) */
+  if (c->noutputs < 0)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "%s: a negative output count",
                             tpuc_op_name_of(c->op));
   if (tpuc_fused_recording(rt)) return tpuc_fused_record(rt, c);
   /* strict: what the op reads or writes must not be waiting in a chunk */

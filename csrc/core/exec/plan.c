@@ -383,7 +383,7 @@ typedef struct {
   bool *written; /* the program changed the slot */
   param_src *params;
   int nparams, cap;
-  tpuc_checks *checks; /* NULL: run-time checks off */
+  tpuc_checks *checks; /* the run-time checks the lowerings add */
 } builder;
 
 static tpuc_status *add_param(builder *bd, param_src p, ir_type t, tv *out) {
@@ -531,9 +531,9 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
                         fast_entry *e, const char *name) {
   builder bd;
   memset(&bd, 0, sizeof bd);
-  tpuc_checks ck = {NULL, 0, 0, false};
+  tpuc_checks ck = {NULL, 0, 0, false, checks}; /* asserts always; bounds with `checks` */
   check_set *cset = NULL;
-  if (checks) bd.checks = &ck;
+  bd.checks = &ck;
   bd.s = s;
   bd.read = read;
   bd.g = ir_graph_create();

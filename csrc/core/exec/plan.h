@@ -100,9 +100,9 @@ fast_entry *cache_insert(tpuc_runtime *rt, fast_entry *e);
 
 /* Builds one program from calls[0..n-1] over slot set s and fills e's plan
  * (and, with `compile`, its executable). `live[i]` says whether slot i's
- * final value is a result. With `checks`, the lowerings' run-time checks
- * (index bounds) become one more result. A lowering's refusal is
- * TPUC_ERR_UNIMPLEMENTED. */
+ * final value is a result. The lowerings' run-time checks become one more
+ * result: torch._assert_async's always, index bounds checks only with
+ * `checks`. A lowering's refusal is TPUC_ERR_UNIMPLEMENTED. */
 tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
                         int *const *tslots, int *const *oslots, int n, slot_set *s,
                         const bool *read, const bool *live, bool compile, bool checks,

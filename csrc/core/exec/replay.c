@@ -9,7 +9,9 @@
  * storage the program reads still has a buffer of the captured type, and
  * runs the executable with those buffers: no op is recorded, no signature is
  * built, nothing is compiled. Scalars are the captured values (device
- * buffers made once); generator states are the caller's. Donation follows
+ * buffers made once); generator states are the caller's. The program's
+ * run-time checks (torch._assert_async) are kept and read at the next
+ * synchronisation point, as after any launch. Donation follows
  * the same rule as plan_launch: an aliased parameter is donated when its
  * storage (rebound to the result) and this launch are the buffer's only
  * holders. */
@@ -45,6 +47,7 @@ struct tpuc_replay {
   bool *aliased;
   int nresults;
   int *result_slot;
+  check_set *checks; /* the program's run-time checks (its last result), or NULL */
   int nrng;
   uint64_t *rng; /* captured (seed, offset) pairs */
 };
@@ -67,6 +70,7 @@ void tpuc_replay_destroy(tpuc_replay *r) {
   free(r->params);
   free(r->aliased);
   free(r->result_slot);
+  check_set_release(r->checks);
   free(r->rng);
   free(r);
 }
@@ -85,6 +89,7 @@ tpuc_status *replay_from_plan(tpuc_runtime *rt, int device, const fast_entry *e,
   r->nslots = s->n;
   r->nparams = e->nparams;
   r->nresults = e->nresults;
+  r->checks = check_set_retain(e->checks);
   size_t ns = (size_t)s->n + 1, np = (size_t)e->nparams + 1;
   r->slot_storage = malloc(ns * sizeof *r->slot_storage);
   r->slot_nbytes = malloc(ns * sizeof *r->slot_nbytes);
@@ -189,7 +194,8 @@ static bool same_type(const replay_param *q, const tpuc_buffer *b) {
 tpuc_status *tpuc_replay_launch(tpuc_replay *r, tpuc_storage *const *slots,
                                 const uint64_t *rng, bool *mismatch) {
   *mismatch = false;
-  int np = r->nparams, nr = r->nresults ? r->nresults : 1;
+  int np = r->nparams, nr = r->nresults + (r->checks ? 1 : 0);
+  if (nr == 0) nr = 1; /* the dummy result */
   tpuc_status *st = NULL;
   for (int i = 0; i < r->nslots; i++) {
     tpuc_storage *s = slots[i];
@@ -266,6 +272,8 @@ tpuc_status *tpuc_replay_launch(tpuc_replay *r, tpuc_storage *const *slots,
   }
   if (st) goto done;
   st = tpuc_execute_donating(r->exe, r->device, args, donate, np, outs, false);
+  /* its run-time checks (asserts): kept, read at the next synchronisation */
+  if (!st && r->checks) st = tpuc_checks_after_launch(r->rt, r->checks, outs[r->nresults], false);
   if (!st)
     for (int i = 0; i < r->nresults; i++) {
       tpuc_status *bs = tpuc_storage_bind(slots[r->result_slot[i]], outs[i]);

@@ -365,7 +365,8 @@ typedef struct {
   int ntensors;
   /* Where the results go, with their final sizes, strides and dtypes (the
    * caller computes them, e.g. with PyTorch's meta kernels). An output may
-   * share a storage with an input (in-place ops, out=) or be a view. */
+   * share a storage with an input (in-place ops, out=) or be a view. None
+   * for an op whose only effect is a check (aten::_assert_async). */
   const tpuc_tensor *outputs;
   int noutputs;
 } tpuc_op_call;
@@ -384,6 +385,10 @@ const char *tpuc_op_name(tpuc_runtime *rt, int i);
  * TPUC_ERR_UNIMPLEMENTED means this call (dtype, argument combination) is
  * outside what the lowering handles: the caller may fall back to the CPU. */
 tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *call, bool wait);
+/* aten::_assert_async(.msg) is a device-side assert in every mode: its
+ * condition is checked inside the program (the op's, a fused chunk's, a
+ * graph's) and a false one is reported, with the assert's message, like a
+ * deferred bounds check below (at once in DEBUG mode or with `wait`). */
 
 /* Execution modes (PyTorch's semantics in all of them):
  * - STRICT: one program per op, launched asynchronously (the default);

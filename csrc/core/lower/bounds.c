@@ -4,30 +4,43 @@
  * out-of-range index is a silent wrong answer. The check is computed inside
  * the op's own program — no extra launch, no host wait — as an s64[2]
  * {failed, first offending value in row-major order}; the engine returns it
- * as an extra result (exec/checks.c). */
+ * as an extra result (exec/checks.c). lx_add_check appends any check (the
+ * one of torch._assert_async too, lower/assert.c). */
 #include <stdlib.h>
 
 #include "lower_ops.h"
 
-void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negative,
-                    tpuc_check_kind kind, int dim) {
+bool lx_add_check(tpuc_lower_ctx *cx, tv failed, tv value, tpuc_check_kind kind, int dim,
+                  int64_t size, const char *msg) {
   tpuc_checks *ck = cx->checks;
-  if (!ck || idx == IR_NONE) return;
-  ir_graph *g = cx->g;
-  ir_type t = ir_type_of(g, idx);
-  if (t.dtype == TPUC_PRED || ir_is_float(t.dtype) || ir_is_complex(t.dtype)) return;
-  int64_t n = ir_numel(&t);
-  if (n == 0) return;
+  if (!ck) return false;
   if (ck->n == ck->cap) {
     int cap = ck->cap ? ck->cap * 2 : 8;
     tpuc_check *nv = realloc(ck->v, (size_t)cap * sizeof *nv);
     if (!nv) {
       ck->oom = true;
-      return;
+      return false;
     }
     ck->v = nv;
     ck->cap = cap;
   }
+  ir_graph *g = cx->g;
+  int64_t one = 1;
+  if (value == IR_NONE) value = ir_splat_i64(g, ir_make_type(TPUC_S64, 0, NULL), 0);
+  tv parts[2] = {ir_reshape(g, failed, 1, &one), ir_reshape(g, value, 1, &one)};
+  ck->v[ck->n++] = (tpuc_check){ir_concat(g, parts, 2, 0), kind, dim, size, NULL, msg};
+  return true;
+}
+
+void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negative,
+                    tpuc_check_kind kind, int dim) {
+  tpuc_checks *ck = cx->checks;
+  if (!ck || !ck->bounds || idx == IR_NONE) return;
+  ir_graph *g = cx->g;
+  ir_type t = ir_type_of(g, idx);
+  if (t.dtype == TPUC_PRED || ir_is_float(t.dtype) || ir_is_complex(t.dtype)) return;
+  int64_t n = ir_numel(&t);
+  if (n == 0) return;
   tv flat = ir_reshape(g, ir_convert(g, idx, TPUC_S64), 1, &n);
   ir_type ft = ir_make_type(TPUC_S64, 1, &n);
   tv lo = ir_compare(g, IR_LT, flat, ir_splat_i64(g, ft, allow_negative ? -size : 0));
@@ -42,12 +55,5 @@ void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negativ
   tv value = lo_sum(g, ir_select(g, at_first, flat, ir_splat_i64(g, ft, 0)), &d0, 1, false);
   ir_type s = ir_make_type(TPUC_S64, 0, NULL);
   tv failed = ir_convert(g, ir_compare(g, IR_LT, first, ir_splat_i64(g, s, n)), TPUC_S64);
-  int64_t one = 1;
-  tv parts[2] = {ir_reshape(g, failed, 1, &one), ir_reshape(g, value, 1, &one)};
-  tpuc_check *c = &ck->v[ck->n++];
-  c->value = ir_concat(g, parts, 2, 0);
-  c->kind = kind;
-  c->dim = dim;
-  c->size = size;
-  c->op = NULL;
+  lx_add_check(cx, failed, value, kind, dim, size, NULL);
 }

@@ -14,16 +14,19 @@
 #include "../ir/ir.h"
 #include "tpuc.h"
 
-/* Run-time checks (bounds of index values): each is an s64[2] value
- * {failed (0/1), the first offending index} computed inside the program and
- * returned as an extra result when checks are on (debug mode,
- * TPUC_CHECK_BOUNDS=1); exec/checks.c turns a failure into PyTorch's error. */
+/* Run-time checks: each is an s64[2] value {failed (0/1), the first
+ * offending index} computed inside the program and returned as an extra
+ * result; exec/checks.c turns a failure into PyTorch's error. Bounds checks
+ * of index values are added only when checks are on (debug mode,
+ * TPUC_CHECK_BOUNDS=1: tpuc_checks.bounds); the check of torch._assert_async
+ * (lower/assert.c) always, as it is the op's whole effect. */
 typedef enum {
   TPUC_CHECK_DIM_INDEX,   /* IndexError: index V is out of bounds for dimension D with size N */
   TPUC_CHECK_DIM_RUNTIME, /* RuntimeError: the same words (gather, scatter) */
   TPUC_CHECK_IN_SELF,     /* IndexError: index out of range in self (embedding, index_select, index_add) */
   TPUC_CHECK_FLAT,        /* IndexError: out of range: tried to access index V on a tensor of N elements */
-  TPUC_CHECK_COPY         /* IndexError: index_copy_(): index V is out of bounds for dimension D ... */
+  TPUC_CHECK_COPY,        /* IndexError: index_copy_(): index V is out of bounds for dimension D ... */
+  TPUC_CHECK_ASSERT       /* RuntimeError: msg (torch._assert_async's condition was zero) */
 } tpuc_check_kind;
 
 typedef struct {
@@ -32,12 +35,15 @@ typedef struct {
   int dim;
   int64_t size;
   const char *op; /* the op's name, set by the engine after the lowering */
+  const char *msg; /* TPUC_CHECK_ASSERT: the message (NULL: the op had none); lives
+                    * as long as the call (the check set copies it) */
 } tpuc_check;
 
 typedef struct {
   tpuc_check *v;
   int n, cap;
   bool oom;
+  bool bounds; /* index bounds checks wanted (lx_check_index adds nothing otherwise) */
 } tpuc_checks;
 
 typedef struct {
@@ -51,7 +57,7 @@ typedef struct {
   const ir_type *out_types; /* per output */
   tv *results;             /* per output, set by the lowering */
   int noutputs;
-  tpuc_checks *checks;     /* NULL: run-time checks are off (lx_check_index adds nothing) */
+  tpuc_checks *checks;     /* where run-time checks go; NULL: none can be kept */
 } tpuc_lower_ctx;
 
 typedef tpuc_status *(*tpuc_lower_fn)(tpuc_lower_ctx *cx);
@@ -118,6 +124,11 @@ tpuc_dtype lx_compute_dtype(tpuc_dtype d);
  * `kind` naming dimension `dim`. A no-op when checks are off. */
 void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negative,
                     tpuc_check_kind kind, int dim);
+/* lower/bounds.c: adds the check {failed, value} (s64 scalar values; value
+ * IR_NONE: 0), whatever checks.bounds says; false when out of memory or the
+ * context keeps no checks. */
+bool lx_add_check(tpuc_lower_ctx *cx, tv failed, tv value, tpuc_check_kind kind, int dim,
+                  int64_t size, const char *msg);
 
 tpuc_status *lx_unimplemented(const tpuc_lower_ctx *cx, const char *why);
 

@@ -1,7 +1,9 @@
 /* test_reliability.c — the core's answers to bad input and exhausted memory:
  * an out-of-range index checked on the device (TPUC_ERR_INDEX at the op in
  * debug mode with nothing written; at tpuc_synchronize / a host read with
- * checks on in strict mode; unchecked by default), and a memory limit
+ * checks on in strict mode; unchecked by default), aten::_assert_async as a
+ * deferred device-side assert (a zero-output op: reported at tpuc_synchronize
+ * / a host read in strict and fused mode, at the op in debug mode), and a memory limit
  * (TPUC_ERR_OUT_OF_MEMORY from an upload and from a launch, the runtime
  * usable afterwards). */
 #include <stdlib.h>
@@ -87,6 +89,49 @@ static void test_strict_checks_report_at_sync(void) {
   tpuc_set_check_bounds(rt, false);
 }
 
+/* torch._assert_async(cond, msg) with cond = (x[0] != 0) of a 1-element f32 storage */
+static tpuc_status *assert_async(float v, const char *msg) {
+  int64_t one = 1;
+  tpuc_storage *sc = NULL;
+  CHECK_OK(tpuc_storage_create(rt, 0, 4, &sc));
+  CHECK_OK(tpuc_storage_upload(sc, TPUC_F32, &one, 1, &v));
+  tpuc_tensor t = dense(sc, TPUC_F32, 1);
+  tpuc_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].kind = TPUC_ARG_TENSOR;
+  args[0].tensors.first = 0;
+  args[0].tensors.count = 1;
+  args[1].kind = TPUC_ARG_STRING;
+  args[1].s = msg;
+  const tpuc_op *op = tpuc_op_find(rt, "aten::_assert_async.msg");
+  CHECK(op != NULL);
+  tpuc_op_call c = {op, 0, args, 2, &t, 1, NULL, 0};
+  tpuc_status *st = tpuc_op_run(rt, &c, false);
+  tpuc_storage_destroy(sc); /* the check result outlives the condition's storage */
+  return st;
+}
+
+static void test_assert_async_deferred(void) {
+  for (int m = 0; m < 3; m++) {
+    tpuc_mode mode = m == 0 ? TPUC_MODE_STRICT : m == 1 ? TPUC_MODE_FUSED : TPUC_MODE_DEBUG;
+    CHECK_OK(tpuc_set_mode(rt, mode));
+    CHECK_OK(assert_async(1.0f, "fine"));
+    CHECK_OK(assert_async(-0.0f / 0.0f, "NaN is true"));
+    tpuc_status *st = assert_async(-0.0f, "position_ids exceed 7"); /* -0.0 is false */
+    if (mode != TPUC_MODE_DEBUG) {
+      CHECK(st == NULL); /* nothing waited */
+      if (mode == TPUC_MODE_FUSED) CHECK(tpuc_pending_ops(rt, 0) == 3); /* no chunk ended */
+      st = tpuc_synchronize(rt, -1);
+    }
+    CHECK(tpuc_status_code(st) == TPUC_ERR_RUNTIME);
+    CHECK(strstr(tpuc_status_message(st), "position_ids exceed 7") != NULL);
+    CHECK((strstr(tpuc_status_message(st), "device-side assert") != NULL) == (mode != TPUC_MODE_DEBUG));
+    tpuc_status_destroy(st);
+    CHECK_OK(tpuc_synchronize(rt, -1)); /* reported once */
+  }
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_STRICT));
+}
+
 static void test_memory_limit(void) {
   CHECK_OK(tpuc_memory_set_limit(rt, 0, 1024));
   static float big[1024];
@@ -121,6 +166,7 @@ int main(void) {
   }
   RUN(test_debug_mode_raises_at_the_op);
   RUN(test_strict_checks_report_at_sync);
+  RUN(test_assert_async_deferred);
   RUN(test_memory_limit);
   tpuc_runtime_destroy(rt);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
