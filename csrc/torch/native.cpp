@@ -287,17 +287,20 @@ struct KeyWriter {
   std::string& s;
   size_t n = 0;
   explicit KeyWriter(std::string& str) : s(str) { s.resize(std::max<size_t>(s.capacity(), 256)); }
-  void put(const void* p, size_t len) {
-    if (n + len > s.size()) s.resize(std::max(2 * s.size(), n + len));
+  // inlined (a fixed-size memcpy at each of ~30 call sites); growing is the
+  // rare out-of-line path (an out-of-line put was ~540 instructions per op)
+  [[gnu::always_inline]] void put(const void* p, size_t len) {
+    if (__builtin_expect(n + len > s.size(), 0)) grow(n + len);
     std::memcpy(s.data() + n, p, len);
     n += len;
   }
+  [[gnu::noinline]] void grow(size_t need) { s.resize(std::max(2 * s.size(), need)); }
   void finish() { s.resize(n); }  // keeps the capacity
 };
 
-void key_bytes(KeyWriter& k, const void* p, size_t n) { k.put(p, n); }
+[[gnu::always_inline]] inline void key_bytes(KeyWriter& k, const void* p, size_t n) { k.put(p, n); }
 template <typename T>
-void key_val(KeyWriter& k, T v) {
+[[gnu::always_inline]] inline void key_val(KeyWriter& k, T v) {
   key_bytes(k, &v, sizeof v);
 }
 

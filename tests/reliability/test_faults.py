@@ -179,6 +179,6 @@ def test_plugin_error_in_place_debug_mode_leaves_target_intact() -> None:
 
 def _drain() -> None:
     try:
-        torch.tpu.synchronize()  # the failed program's completion event reports it once more
+        torch.tpu.synchronize()  # waits for everything launched; may report the failure again
     except torch.OutOfMemoryError:
         pass

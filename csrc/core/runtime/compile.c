@@ -361,6 +361,37 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
   return NULL;
 }
 
+/* The device barrier of tpuc_synchronize (execute.c): a program of no
+ * arguments, compiled as tpuc_compile would (bound on a client of one
+ * device), but outside the caches and the compile statistics: it is tpuc's
+ * own, not the user's. */
+tpuc_status *tpuc_compile_barrier(tpuc_runtime *rt, pj_loaded_executable **out) {
+  static const char text[] =
+      "module @tpuc_barrier {\n  func.func public @main() -> (tensor<i32>) {\n"
+      "    %v0 = \"stablehlo.constant\"() {value = dense<0> : tensor<i32>} : () -> tensor<i32>\n"
+      "    \"func.return\"(%v0) : (tensor<i32>) -> ()\n  }\n}\n";
+  *out = NULL;
+  const tpuc_plugin *p = &rt->plugin;
+  PJ_FN(p, PJ_SLOT_CLIENT_COMPILE, pj_client_compile_args, compile);
+  proto_buf opts;
+  encode_compile_options(&opts, 1, 1, !rt->single_device);
+  pj_program prog = {0};
+  prog.struct_size = PJ_SIZE(pj_program, format_size);
+  prog.code = (char *)text;
+  prog.code_size = sizeof text - 1;
+  prog.format = "mlir";
+  prog.format_size = 4;
+  pj_client_compile_args a = {0};
+  a.struct_size = PJ_SIZE(pj_client_compile_args, executable);
+  a.client = rt->client;
+  a.program = &prog;
+  a.compile_options = (const char *)opts.bytes;
+  a.compile_options_size = opts.len;
+  tpuc_status *s = tpuc_plugin_error(p, compile(&a), "compiling the synchronize barrier");
+  if (!s) *out = a.executable;
+  return s;
+}
+
 tpuc_executable *tpuc_executable_retain(tpuc_executable *e) {
   if (e) atomic_fetch_add(&e->refs, 1);
   return e;

@@ -2,7 +2,18 @@
  *
  * Launches are asynchronous: PJRT returns the output buffers at once and the
  * host waits only when it reads them (or, with `wait`, right here, which is
- * how debug mode reports a device error at the op that caused it). */
+ * how debug mode reports a device error at the op that caused it).
+ *
+ * An asynchronous launch on one device asks the plugin for no completion
+ * event (about 1.5k instructions per launch to make, wait for and destroy):
+ * tpuc_synchronize waits instead for a barrier, a tiny program launched after
+ * everything else on the device. That relies on a device running the
+ * programs launched on it in order: TPU and GPU plugins run them on the
+ * device's stream; the XLA CPU plugin makes each launch on a device wait for
+ * the one before it (its per-device last-enqueue event). A failed program
+ * reports its error through its outputs (a host read, or a program that
+ * consumes them); one whose outputs were all freed unread reports it nowhere
+ * (the barrier's own status does not carry it). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,7 +101,8 @@ tpuc_status *tpuc_execute_aliasing(tpuc_executable *e, int device, tpuc_buffer *
   a.num_devices = 1;
   a.num_args = (size_t)nargs;
   a.output_lists = out_lists;
-  a.device_complete_events = complete; /* waited for here, or kept for synchronize */
+  /* waited for here; an asynchronous launch needs none (the barrier) */
+  a.device_complete_events = wait ? complete : NULL;
   /* a bound executable runs on the device it was compiled for, the only one
    * (device was checked above) */
   a.execute_device = e->bound ? NULL : rt->devices[device].device;
@@ -121,10 +133,8 @@ tpuc_status *tpuc_execute_aliasing(tpuc_executable *e, int device, tpuc_buffer *
     }
   }
   if (!s && e->temp_bytes) tpuc_runtime_note_transient(rt, device, e->temp_bytes);
-  if (!wait && complete[0]) { /* asynchronous: remember it for tpuc_synchronize */
-    tpuc_inflight_push(rt, device, complete[0]);
-    complete[0] = NULL;
-  }
+  if (!wait) /* tpuc_synchronize launches a barrier on this device */
+    atomic_store_explicit(&rt->devices[device].unsynced, true, memory_order_release);
   tpuc_status *ws = tpuc_event_wait(rt, complete[0], "device computation failed");
   ws = tpuc_oom_explain(rt, device, ws, -1);
   if (ws && !s) {
@@ -143,7 +153,7 @@ done:
 }
 
 /* ---- in-flight programs ----
- * Each asynchronous launch leaves its completion event here, so that
+ * Each asynchronous replicated launch leaves its completion event here, so that
  * tpuc_synchronize can wait for every program launched so far, including
  * those whose results were already freed. The ring is bounded: when it is
  * full the oldest event is waited for (long done, in practice). */
@@ -164,10 +174,65 @@ void tpuc_inflight_push(tpuc_runtime *rt, int device, pj_event *ev) {
   tpuc_status_destroy(tpuc_event_wait(rt, old, NULL));
 }
 
+/* Launches the barrier program on `device` and waits for it: with programs
+ * run in launch order, every program launched there before it is done. */
+static tpuc_status *barrier(tpuc_runtime *rt, int device) {
+  const tpuc_plugin *p = &rt->plugin;
+  PJ_FN(p, PJ_SLOT_LOADED_EXECUTABLE_EXECUTE, pj_execute_args, execute);
+  pthread_mutex_lock(&rt->cache_lock); /* made once, tiny */
+  tpuc_status *s = rt->barrier ? NULL : tpuc_compile_barrier(rt, &rt->barrier);
+  pj_loaded_executable *exe = rt->barrier;
+  pthread_mutex_unlock(&rt->cache_lock);
+  if (s) return s;
+  pj_buffer *out[1] = {NULL};
+  pj_buffer **out_lists[1] = {out};
+  pj_buffer *const *arg_lists[1] = {NULL};
+  pj_event *complete[1] = {NULL};
+  pj_execute_options opts = {0};
+  opts.struct_size = PJ_SIZE(pj_execute_options, num_custom_options);
+  pj_execute_args a = {0};
+  a.struct_size = PJ_SIZE(pj_execute_args, execute_device);
+  a.executable = exe;
+  a.options = &opts;
+  a.argument_lists = arg_lists;
+  a.num_devices = 1;
+  a.num_args = 0;
+  a.output_lists = out_lists;
+  a.device_complete_events = complete;
+  a.execute_device = rt->single_device ? NULL : rt->devices[device].device;
+  s = tpuc_plugin_error(p, execute(&a), "synchronizing the device");
+  if (!s) s = tpuc_event_wait(rt, complete[0], "synchronizing the device");
+  pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_BUFFER_DESTROY);
+  if (out[0] && destroy) {
+    pj_buffer_destroy_args d = {0};
+    d.struct_size = PJ_SIZE(pj_buffer_destroy_args, buffer);
+    d.buffer = out[0];
+    tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
+  }
+  return s;
+}
+
+void tpuc_barrier_destroy(tpuc_runtime *rt) {
+  if (!rt->barrier) return;
+  pj_generic_fn destroy =
+      (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_LOADED_EXECUTABLE_DESTROY);
+  pj_loaded_executable_destroy_args d = {0};
+  d.struct_size = PJ_SIZE(pj_loaded_executable_destroy_args, executable);
+  d.executable = rt->barrier;
+  if (destroy) tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&d), NULL));
+  rt->barrier = NULL;
+}
+
 tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device) {
   tpuc_status *first = tpuc_flush(rt, device);
   for (int dv = 0; dv < rt->device_count; dv++) {
     if (device >= 0 && dv != device) continue;
+    /* programs launched without an event: wait for a barrier behind them */
+    if (atomic_exchange(&rt->devices[dv].unsynced, false)) {
+      tpuc_status *s = barrier(rt, dv);
+      if (s && !first) first = s;
+      else tpuc_status_destroy(s);
+    }
     for (;;) {
       pj_event *ev = NULL;
       pthread_mutex_lock(&rt->mem_lock);

@@ -46,9 +46,11 @@ typedef pj_error *(*pj_generic_fn)(void *args);
 
 typedef struct tpuc_device_rec {
   pj_device *device;
-  /* completion events of launched programs (execute.c), under mem_lock */
+  /* completion events of launched replicated programs (execute.c), under
+   * mem_lock; a program on one device leaves none, only `unsynced` */
   pj_event *inflight[TPUC_INFLIGHT];
   int inflight_head, inflight_n;
+  atomic_bool unsynced; /* a program was launched since the last barrier */
   int id;
   char *kind;
   char *description;
@@ -78,6 +80,7 @@ struct tpuc_runtime {
   size_t cache_nbuckets, cache_count;
   int64_t compiles, cache_hits, cache_misses;
   double compile_seconds;
+  pj_loaded_executable *barrier; /* tpuc_synchronize's (execute.c), made once, under cache_lock */
   /* the disk tier (disk_cache.c); counters under cache_lock */
   char *disk_dir; /* NULL: off */
   int64_t disk_max_bytes;
@@ -135,6 +138,10 @@ void tpuc_runtime_account(tpuc_runtime *rt, int device, int64_t delta_bytes);
 
 /* execute.c */
 void tpuc_inflight_push(tpuc_runtime *rt, int device, pj_event *ev);
+/* compile.c: tpuc_synchronize's barrier program (no arguments, one scalar result) */
+tpuc_status *tpuc_compile_barrier(tpuc_runtime *rt, pj_loaded_executable **out);
+/* execute.c: destroys the barrier program (tpuc_runtime_destroy) */
+void tpuc_barrier_destroy(tpuc_runtime *rt);
 
 /* ---- buffer.c ---- */
 struct tpuc_buffer {

@@ -274,6 +274,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (!rt) return;
   tpuc_fused_destroy(rt);
   if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
+  tpuc_barrier_destroy(rt);
   tpuc_checks_destroy(rt);
   tpuc_fast_cache_clear(rt);
   free(rt->fast_buckets);

@@ -322,6 +322,47 @@ static void test_async_completion(void) {
   tpuc_executable_release(e);
 }
 
+/* An asynchronous launch keeps no completion event; tpuc_synchronize waits
+ * for a barrier program behind it, which is neither a compile nor an
+ * execution in the statistics, and runs only when something was launched. */
+static void test_synchronize_barrier(void) {
+  tpuc_executable *e = NULL;
+  CHECK_OK(tpuc_compile(rt, k_neg, strlen(k_neg), &e));
+  int64_t dims[1] = {4};
+  float in[4] = {1, -2, 3, -4}, got[4];
+  tpuc_buffer *a = NULL, *out = NULL;
+  CHECK_OK(tpuc_buffer_from_host(rt, 0, TPUC_F32, dims, 1, in, &a));
+  if (!e || !a) return;
+  CHECK_OK(tpuc_synchronize(rt, -1));
+  CHECK(!atomic_load(&rt->devices[0].unsynced));
+  CHECK_OK(tpuc_execute(e, 0, &a, 1, &out, true)); /* waited for: no barrier needed */
+  CHECK(!atomic_load(&rt->devices[0].unsynced));
+  tpuc_buffer_release(out);
+  tpuc_runtime_stats before, after;
+  tpuc_runtime_stats_get(rt, &before);
+  for (int i = 0; i < 3; i++) { /* results freed unread */
+    out = NULL;
+    CHECK_OK(tpuc_execute(e, 0, &a, 1, &out, false));
+    tpuc_buffer_release(out);
+  }
+  out = NULL;
+  CHECK_OK(tpuc_execute(e, 0, &a, 1, &out, false));
+  CHECK(atomic_load(&rt->devices[0].unsynced));
+  CHECK_OK(tpuc_synchronize(rt, 0));
+  CHECK(!atomic_load(&rt->devices[0].unsynced));
+  CHECK(out && tpuc_buffer_is_ready(out)); /* launched before the barrier: done */
+  CHECK_OK(tpuc_buffer_to_host(out, got, sizeof got));
+  CHECK(got[0] == -1 && got[1] == 2 && got[3] == 4);
+  CHECK_OK(tpuc_synchronize(rt, -1)); /* nothing launched since */
+  tpuc_runtime_stats_get(rt, &after);
+  CHECK(after.executions == before.executions + 4);
+  CHECK(after.compiles == before.compiles);
+  CHECK(after.cached_executables == before.cached_executables);
+  tpuc_buffer_release(out);
+  tpuc_buffer_release(a);
+  tpuc_executable_release(e);
+}
+
 static void test_retain_shares(void) {
   int64_t dims[1] = {8};
   float in[8] = {0};
@@ -470,6 +511,7 @@ int main(void) {
   RUN(test_invalid_text);
   RUN(test_execute_errors);
   RUN(test_async_completion);
+  RUN(test_synchronize_barrier);
   RUN(test_retain_shares);
   RUN(test_donation);
   RUN(test_accounting_returns_to_zero);
