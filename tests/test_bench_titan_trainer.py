@@ -48,6 +48,7 @@ def test_fused_losses_are_compared_with_the_strict_row_of_its_layout():
                     _row("r", 1, "tpu fused", peak_gflops=4.0, losses=[2.0, 1.001], **common),
                     _row("r", 2, "tpu fused", peak_gflops=4.0, losses=[9.0, 9.0], **common)]}
     tt.finish(out)
+    tt.finish(out)  # a merged file's old rows go through finish again: same result
     fused1, fused2 = out["rows"][1], out["rows"][2]
     assert abs(fused1["max_rel_loss_vs_strict"] - 1e-3) < 1e-12
     assert fused1["peak_gflops"] == 1.0 and fused1["own_peak_gflops"] == 4.0  # strict's peak

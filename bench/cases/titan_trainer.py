@@ -202,15 +202,15 @@ def finish(out: dict) -> dict:
     for row in out["rows"]:
         # one denominator for every "tpu" contender of a layout: the peak measured in the strict
         # run (tpuc measures it in strict mode; before that fix a fused run's was 4x too high)
-        strict = next((r for r in out["rows"] if r["recipe"] == row["recipe"]
-                       and r["procs"] == row["procs"] and r["contender"] == "tpu strict"
+        strict = next((r for r in out["rows"] if _key(r)[:3] == _key(row)[:3]
+                       and r["contender"] == "tpu strict"
                        and r.get("peak_gflops")), None)
         if row["contender"].startswith("tpu") and strict and "tps_per_rank" in row:
-            row["own_peak_gflops"] = row["peak_gflops"]
+            row.setdefault("own_peak_gflops", row["peak_gflops"])  # finish may run twice (merges)
             row["peak_gflops"] = strict["peak_gflops"]
             row["mfu"] = row["flops_per_token"] * row["tps_per_rank"] / (strict["peak_gflops"] * 1e9)
-        cpu = next((r for r in out["rows"] if r["recipe"] == row["recipe"]
-                    and r["procs"] == row["procs"] and r["contender"] == "cpu (gloo)"
+        cpu = next((r for r in out["rows"] if _key(r)[:3] == _key(row)[:3]
+                    and r["contender"] == "cpu (gloo)"
                     and "tokens_per_s" in r), None)
         if cpu and "tokens_per_s" in row:
             row["vs_cpu"] = row["tokens_per_s"] / cpu["tokens_per_s"]
