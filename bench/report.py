@@ -587,8 +587,10 @@ def _titan_trainer_section(r: dict) -> list[str]:
                  f"{x['max_rss_mib']:.0f} | {ld} |")
     checked = [x for x in r["rows"] if "max_rel_loss_vs_strict" in x]
     if checked:
-        L += ["", "Losses against the strict run of the same layout (same initial weights: both "
-              "draw them from \"tpu\"'s generator), largest relative difference over the steps: "
+        L += ["", "Losses against the strict run of the same layout, relative difference at step 1 "
+              "and the largest over the steps (a step-1 difference means other initial weights, "
+              "not other arithmetic): "
               + "; ".join(f"{x['recipe']} {x['procs']}p {x['contender']} "
+                          f"{x.get('rel_loss_vs_strict', [float('nan')])[0]:.1e} / "
                           f"{x['max_rel_loss_vs_strict']:.1e}" for x in checked) + "."]
     return L + [""]

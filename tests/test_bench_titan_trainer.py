@@ -50,6 +50,7 @@ def test_fused_losses_are_compared_with_the_strict_row_of_its_layout():
     tt.finish(out)
     tt.finish(out)  # a merged file's old rows go through finish again: same result
     fused1, fused2 = out["rows"][1], out["rows"][2]
+    assert fused1["rel_loss_vs_strict"][0] == 0.0
     assert abs(fused1["max_rel_loss_vs_strict"] - 1e-3) < 1e-12
     assert fused1["peak_gflops"] == 1.0 and fused1["own_peak_gflops"] == 4.0  # strict's peak
     assert "max_rel_loss_vs_strict" not in fused2  # no strict row at 2 processes

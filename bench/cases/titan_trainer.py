@@ -214,14 +214,17 @@ def finish(out: dict) -> dict:
                     and "tokens_per_s" in r), None)
         if cpu and "tokens_per_s" in row:
             row["vs_cpu"] = row["tokens_per_s"] / cpu["tokens_per_s"]
-        # fused / compiled train what strict trains ("tpu" draws the same initial weights; the
-        # CPU's generator draws others, so the CPU run's losses are not comparable)
+        # fused / compiled train what strict trains when they start from the same weights (at
+        # one process "tpu" draws the same initial weights in every run; the CPU's generator
+        # draws others, so the CPU run's losses are not comparable). Per step, so that a step-1
+        # difference (other initial weights) is told apart from a drift.
         strict_l = next((r.get("losses") for r in out["rows"] if _key(r)[:3] == _key(row)[:3]
                          and r["contender"] == "tpu strict" and r.get("losses")), None)
         if (row["contender"] not in ("tpu strict", "cpu (gloo)") and strict_l and row.get("losses")
                 and len(strict_l) == len(row["losses"])):
-            row["max_rel_loss_vs_strict"] = max(abs(a - b) / abs(b)
-                                                for a, b in zip(row["losses"], strict_l))
+            rel = [abs(a - b) / abs(b) for a, b in zip(row["losses"], strict_l)]
+            row["rel_loss_vs_strict"] = rel
+            row["max_rel_loss_vs_strict"] = max(rel)
     return out
 
 
