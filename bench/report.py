@@ -549,7 +549,7 @@ def _titan_trainer_section(r: dict) -> list[str]:
             load = u.get("loadavg_at_end")
             what = ", ".join(u.get("recipes") or [])
             if u.get("procs"):
-                what += f" at {'/'.join(u['procs'])} processes"
+                what += f" at {'/'.join(u['procs'])} process{'es' if u['procs'] != ['1'] else ''}"
             if u.get("contenders"):
                 what += f" ({', '.join(u['contenders'])})"
             L.append(f"- {u.get('date', '?')}: {what}; load "
@@ -585,6 +585,12 @@ def _titan_trainer_section(r: dict) -> list[str]:
                  f"[{x['tps_per_rank_min'] * x['procs']:{digits}}, {x['tps_per_rank_max'] * x['procs']:{digits}}] "
                  f"| {vs} | {mfu} | {_fmt(peak)} | {_fmt(x.get('device_peak_mib'))} | "
                  f"{x['max_rss_mib']:.0f} | {ld} |")
+    again = [x for x in r["rows"] if x.get("replaces")]
+    if again:
+        L += ["", "Measured again (the row replaces an earlier run's): "
+              + "; ".join(f"{x['recipe']} {x['procs']}p {x['contender']} was "
+                          f"{x['replaces']['tokens_per_s']:.2g} tokens/s ({x['replaces'].get('date')})"
+                          for x in again) + "."]
     checked = [x for x in r["rows"] if "max_rel_loss_vs_strict" in x]
     if checked:
         L += ["", "Losses against the strict run of the same layout, relative difference at step 1 "

@@ -33,6 +33,7 @@ def test_subset_run_keeps_the_other_rows_and_replaces_its_own():
     assert out["runs"][0]["notes"] == "old sweep"
     assert out["runs"][1]["loadavg_at_end"] == [3.0, 2.0, 1.0]
     assert set(out["sizes"]) == {"llama3 debugmodel", "qwen3 debugmodel"}
+    assert out["rows"][1]["replaces"] == {"tokens_per_s": 1.0, "date": "2026-12-01 21:15 UTC"}
 
 
 def test_quick_or_missing_previous_file_is_not_merged():
