@@ -536,6 +536,15 @@ def _weight_sync_section(r: dict) -> list[str]:
     return L + [""]
 
 
+def _replaced(row: dict) -> list[dict]:
+    """The earlier measurements a titan_trainer row replaces, newest first."""
+    out, x = [], row.get("replaces")
+    while x:
+        out.append(x)
+        x = x.get("replaces")
+    return out
+
+
 def _titan_trainer_section(r: dict) -> list[str]:
     """TorchTitan's stock Trainer at 1 / 2 / 4 processes (bench/cases/titan_trainer.py): the
     rows of every run of the case (subset runs merge into one file), each run's load."""
@@ -589,7 +598,8 @@ def _titan_trainer_section(r: dict) -> list[str]:
     if again:
         L += ["", "Measured again (the row replaces an earlier run's): "
               + "; ".join(f"{x['recipe']} {x['procs']}p {x['contender']} was "
-                          f"{x['replaces']['tokens_per_s']:.2g} tokens/s ({x['replaces'].get('date')})"
+                          + ", then ".join(f"{y['tokens_per_s']:.2g} tokens/s ({y.get('date')})"
+                                           for y in _replaced(x)[::-1])
                           for x in again) + "."]
     checked = [x for x in r["rows"] if "max_rel_loss_vs_strict" in x]
     if checked:

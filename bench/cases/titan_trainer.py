@@ -247,7 +247,7 @@ def merge_previous(out: dict, previous: dict | None) -> dict:
     kept = [r for r in previous["rows"] if _key(r) not in new]
     for r in previous["rows"]:  # a row measured again keeps the old figures it replaces
         if _key(r) in new and "tokens_per_s" in r:
-            new[_key(r)]["replaces"] = {k: r[k] for k in ("tokens_per_s", "vs_cpu", "mfu",
+            new[_key(r)]["replaces"] = {k: r[k] for k in ("tokens_per_s", "vs_cpu", "mfu", "date",
                                                           "loadavg_at_start", "replaces") if k in r}
             new[_key(r)]["replaces"].setdefault("date", previous.get("machine", {}).get("date"))
     order = {r: i for i, r in enumerate(RECIPES)}
@@ -337,6 +337,7 @@ def run(quick: bool) -> dict:
                             continue
                         row["note"] = f"run on request (the plan skips it: {plan['skip'][label]})"
                     row["loadavg_at_start"] = list(os.getloadavg())
+                    row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
                     try:
                         rows = _launch(work, name, nproc,
                                        [*common, *layout.flags, f"--tpuc.device={device}", *extra],
