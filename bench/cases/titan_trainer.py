@@ -15,6 +15,12 @@ max_active, from ``torch.tpu.memory_stats``) and every contender's peak host RSS
 Each run is a separate torchrun; within one layout the contenders run back to back, their
 order rotated from layout to layout (a trainer run cannot be interleaved step by step with
 another). Quick (CI): llama3 at 1 process, CPU and "tpu" strict, 4 steps.
+
+Recipes: llama3 debugmodel, qwen3 debugmodel (dense), qwen3 debugmodel_moe and FLUX flux-debug,
+each at the sizes in PLANS. A full run restricted to some recipes, layouts or contenders
+(run()'s environment variables) merges into the results file: its rows replace the ones it
+measured again (keeping their figures under ``replaces``), the others stay (merge_previous).
+TPUC_TITAN_BENCH_MAX_RSS_MIB kills a launch whose processes together hold more resident memory.
 """
 from __future__ import annotations
 
