@@ -538,32 +538,77 @@ def _weight_sync_section(r: dict) -> list[str]:
     return L + [""]
 
 
+def _replaced(row: dict) -> list[dict]:
+    """The earlier measurements a titan_trainer row replaces, newest first."""
+    out, x = [], row.get("replaces")
+    while x:
+        out.append(x)
+        x = x.get("replaces")
+    return out
+
+
 def _titan_trainer_section(r: dict) -> list[str]:
-    """TorchTitan's stock Trainer at 1 / 2 / 4 processes (bench/cases/titan_trainer.py)."""
+    """TorchTitan's stock Trainer at 1 / 2 / 4 processes (bench/cases/titan_trainer.py): the
+    rows of every run of the case (subset runs merge into one file), each run's load."""
     L = _header(r)
     if not r.get("rows"):
         return L + [f"error: {r.get('error')}", ""]
-    load = r.get("loadavg_at_end")
-    if load:
-        L += [f"Load average at the end of the run: {load[0]:.1f} (1 min), {load[2]:.1f} (15 min).", ""]
+    runs = r.get("runs")
+    if runs:
+        L += ["Runs merged into this table (load average: 1 / 5 / 15 min at the run's end):", ""]
+        for u in runs:
+            load = u.get("loadavg_at_end")
+            what = ", ".join(u.get("recipes") or [])
+            if u.get("procs"):
+                what += f" at {'/'.join(u['procs'])} process{'es' if u['procs'] != ['1'] else ''}"
+            if u.get("contenders"):
+                what += f" ({', '.join(u['contenders'])})"
+            L.append(f"- {u.get('date', '?')}: {what}; load "
+                     + ("/".join(f"{x:.1f}" for x in load) if load else "?")
+                     + (f" (MoE rows: {u['moe_loadavg_at_end'][0]:.1f})" if u.get("moe_loadavg_at_end") else ""))
+        L.append("")
+    else:
+        load = r.get("loadavg_at_end")
+        if load:
+            L += [f"Load average at the end of the run: {load[0]:.1f} (1 min), {load[2]:.1f} (15 min).", ""]
     L += ["| recipe | processes | contender | tokens/s (all ranks) | vs CPU | MFU | matmul peak "
-          "GFLOP/s | tpu device peak MiB | rank-0 peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+          "GFLOP/s | tpu device peak MiB | rank-0 peak RSS MiB | load (1 min) at start / end |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for x in r["rows"]:
+        procs = f"{x['procs']} ({x['layout']})" if x.get("layout") else f"{x['procs']}"
+        ld = (f"{x['loadavg_at_start'][0]:.1f} / {x['loadavg_at_end'][0]:.1f}"
+              if x.get("loadavg_at_start") and x.get("loadavg_at_end") else "")
         if "error" in x:
-            procs = f"{x['procs']} ({x['layout']})" if x.get("layout") else f"{x['procs']}"
             L.append(f"| {x['recipe']} | {procs} | {x['contender']} | {x['error'][:120]} "
-                     "| | | | | |")
+                     f"| | | | | | {ld} |")
             continue
         vs = f"{x['vs_cpu']:.2f}x" if "vs_cpu" in x else "—"
         # every "tpu" contender of a layout against the strict run's measured matmul peak
         strict = next((y for y in r["rows"] if y["recipe"] == x["recipe"] and y["procs"] == x["procs"]
+                       and y.get("layout") == x.get("layout")
                        and y["contender"] == "tpu strict" and y.get("peak_gflops")), None)
         peak = (strict["peak_gflops"] if strict and x["contender"].startswith("tpu")
                 else x.get("peak_gflops"))
         mfu = f"{100 * x['flops_per_token'] * x['tps_per_rank'] / (peak * 1e9):.1f}%" if peak else "—"
-        procs = f"{x['procs']} ({x['layout']})" if x.get("layout") else f"{x['procs']}"
-        L.append(f"| {x['recipe']} | {procs} | {x['contender']} | {x['tokens_per_s']:.0f} "
-                 f"[{x['tps_per_rank_min'] * x['procs']:.0f}, {x['tps_per_rank_max'] * x['procs']:.0f}] "
+        tps = x["tokens_per_s"]
+        digits = ".0f" if tps >= 10 else ".2g"
+        L.append(f"| {x['recipe']} | {procs} | {x['contender']} | {tps:{digits}} "
+                 f"[{x['tps_per_rank_min'] * x['procs']:{digits}}, {x['tps_per_rank_max'] * x['procs']:{digits}}] "
                  f"| {vs} | {mfu} | {_fmt(peak)} | {_fmt(x.get('device_peak_mib'))} | "
-                 f"{x['max_rss_mib']:.0f} |")
+                 f"{x['max_rss_mib']:.0f} | {ld} |")
+    again = [x for x in r["rows"] if x.get("replaces")]
+    if again:
+        L += ["", "Measured again (the row replaces an earlier run's): "
+              + "; ".join(f"{x['recipe']} {x['procs']}p {x['contender']} was "
+                          + ", then ".join(f"{y['tokens_per_s']:.2g} tokens/s ({y.get('date')})"
+                                           for y in _replaced(x)[::-1])
+                          for x in again) + "."]
+    checked = [x for x in r["rows"] if "max_rel_loss_vs_strict" in x]
+    if checked:
+        L += ["", "Losses against the strict run of the same layout, relative difference at step 1 "
+              "and the largest over the steps (a step-1 difference means other initial weights, "
+              "not other arithmetic): "
+              + "; ".join(f"{x['recipe']} {x['procs']}p {x['contender']} "
+                          f"{x.get('rel_loss_vs_strict', [float('nan')])[0]:.1e} / "
+                          f"{x['max_rel_loss_vs_strict']:.1e}" for x in checked) + "."]
     return L + [""]
