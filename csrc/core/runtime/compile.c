@@ -216,10 +216,10 @@ static tpuc_status *describe_outputs(tpuc_runtime *rt, tpuc_executable *x) {
 static tpuc_status *wrap_executable(tpuc_runtime *rt, pj_loaded_executable *exe,
                                     tpuc_executable **out);
 
-static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t len,
-                                     const proto_buf *opts, tpuc_executable **out) {
-  const tpuc_plugin *p = &rt->plugin;
-  PJ_FN(p, PJ_SLOT_CLIENT_COMPILE, pj_client_compile_args, compile);
+/* The plugin's compile of StableHLO text (MLIR) with encoded options. */
+static pj_error *plugin_compile(pj_error *(*compile)(pj_client_compile_args *), tpuc_runtime *rt,
+                                const char *text, size_t len, const proto_buf *opts,
+                                pj_loaded_executable **out) {
   pj_program prog = {0};
   prog.struct_size = PJ_SIZE(pj_program, format_size);
   prog.code = (char *)text;
@@ -232,10 +232,19 @@ static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t 
   a.program = &prog;
   a.compile_options = (const char *)opts->bytes;
   a.compile_options_size = opts->len;
-
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
   pj_error *err = compile(&a);
+  *out = err ? NULL : a.executable;
+  return err;
+}
+
+static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t len,
+                                     const proto_buf *opts, tpuc_executable **out) {
+  const tpuc_plugin *p = &rt->plugin;
+  PJ_FN(p, PJ_SLOT_CLIENT_COMPILE, pj_client_compile_args, compile);
+  struct timespec t0, t1;
+  pj_loaded_executable *exe = NULL;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pj_error *err = plugin_compile(compile, rt, text, len, opts, &exe);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   pthread_mutex_lock(&rt->cache_lock);
@@ -251,7 +260,7 @@ static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t 
     }
     return s;
   }
-  return wrap_executable(rt, a.executable, out);
+  return wrap_executable(rt, exe, out);
 }
 
 /* Wraps a loaded executable (taking ownership) with its output types. */
@@ -375,21 +384,8 @@ tpuc_status *tpuc_compile_barrier(tpuc_runtime *rt, pj_loaded_executable **out) 
   PJ_FN(p, PJ_SLOT_CLIENT_COMPILE, pj_client_compile_args, compile);
   proto_buf opts;
   encode_compile_options(&opts, 1, 1, !rt->single_device);
-  pj_program prog = {0};
-  prog.struct_size = PJ_SIZE(pj_program, format_size);
-  prog.code = (char *)text;
-  prog.code_size = sizeof text - 1;
-  prog.format = "mlir";
-  prog.format_size = 4;
-  pj_client_compile_args a = {0};
-  a.struct_size = PJ_SIZE(pj_client_compile_args, executable);
-  a.client = rt->client;
-  a.program = &prog;
-  a.compile_options = (const char *)opts.bytes;
-  a.compile_options_size = opts.len;
-  tpuc_status *s = tpuc_plugin_error(p, compile(&a), "compiling the synchronize barrier");
-  if (!s) *out = a.executable;
-  return s;
+  return tpuc_plugin_error(p, plugin_compile(compile, rt, text, sizeof text - 1, &opts, out),
+                           "compiling the synchronize barrier");
 }
 
 tpuc_executable *tpuc_executable_retain(tpuc_executable *e) {

@@ -227,9 +227,14 @@ tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device) {
   tpuc_status *first = tpuc_flush(rt, device);
   for (int dv = 0; dv < rt->device_count; dv++) {
     if (device >= 0 && dv != device) continue;
-    /* programs launched without an event: wait for a barrier behind them */
-    if (atomic_exchange(&rt->devices[dv].unsynced, false)) {
-      tpuc_status *s = barrier(rt, dv);
+    /* programs launched without an event: wait for a barrier behind them.
+     * Under sync_lock, so that a caller finding the flag already cleared by
+     * another thread's synchronize still returns only after that thread's
+     * barrier (launched behind this caller's programs) has finished. */
+    {
+      pthread_mutex_lock(&rt->sync_lock);
+      tpuc_status *s = atomic_exchange(&rt->devices[dv].unsynced, false) ? barrier(rt, dv) : NULL;
+      pthread_mutex_unlock(&rt->sync_lock);
       if (s && !first) first = s;
       else tpuc_status_destroy(s);
     }

@@ -81,6 +81,7 @@ struct tpuc_runtime {
   int64_t compiles, cache_hits, cache_misses;
   double compile_seconds;
   pj_loaded_executable *barrier; /* tpuc_synchronize's (execute.c), made once, under cache_lock */
+  pthread_mutex_t sync_lock; /* one barrier at a time: a second synchronize waits for the first's */
   /* the disk tier (disk_cache.c); counters under cache_lock */
   char *disk_dir; /* NULL: off */
   int64_t disk_max_bytes;

@@ -234,6 +234,7 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   if (!rt) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
   pthread_mutex_init(&rt->mem_lock, NULL);
   pthread_mutex_init(&rt->cache_lock, NULL);
+  pthread_mutex_init(&rt->sync_lock, NULL);
   pthread_mutex_init(&rt->fast_lock, NULL);
   pthread_mutex_init(&rt->hook_lock, NULL);
   atomic_init(&rt->executions, 0);
@@ -301,6 +302,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   tpuc_plugin_unload(&rt->plugin);
   pthread_mutex_destroy(&rt->mem_lock);
   pthread_mutex_destroy(&rt->cache_lock);
+  pthread_mutex_destroy(&rt->sync_lock);
   pthread_mutex_destroy(&rt->fast_lock);
   pthread_mutex_destroy(&rt->hook_lock);
   free(rt);
