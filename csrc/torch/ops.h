@@ -60,8 +60,9 @@ struct OpInfo {
   // floating dtype and layout, so tpuc computes its output metadata itself
   // (native.cpp, grouped_mm_meta).
   bool own_grouped_mm_meta = false;
-  // The arithmetic ops the boxed kernel takes whole (fallback.cpp: add, sub,
-  // mul, div and their in-place forms): their metadata comes from PyTorch's
+  // The arithmetic ops taken whole (arith.cpp's unboxed kernels: add, sub,
+  // mul, div and their in-place forms, whose misses reach the boxed kernel
+  // with their stack): their metadata comes from PyTorch's
   // C++ structured meta (at::meta::add, ...), as the composite kernel they
   // replace computed it, not from the Meta dispatch entry (a Python ref whose
   // errors read differently from the CPU's). Null for every other op.
