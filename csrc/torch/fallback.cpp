@@ -34,6 +34,8 @@ Registry& registry() {
 
 OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op);
 
+}  // namespace
+
 // Per thread, the operators it called last (OpInfos live as long as the
 // process): a hit takes neither the registry's lock nor its hash lookup.
 OpInfo& info_for(const c10::OperatorHandle& op) {
@@ -50,6 +52,8 @@ OpInfo& info_for(const c10::OperatorHandle& op) {
   slot.info = &info;
   return info;
 }
+
+namespace {
 
 OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op) {
   auto& r = registry();
@@ -256,6 +260,8 @@ void check_same_device(const OpInfo& info, const torch::jit::Stack& stack, size_
               "two devices, tpu:", tpu, " and cpu! (in ", info.name, ")");
 }
 
+}  // namespace
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = info_for(op);
   if (info.mask_indices_arg >= 0 || info.output_size_arg >= 0)
@@ -271,8 +277,6 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   run_on_cpu(op, info, stack, why);
 }
-
-}  // namespace
 
 at::Generator tpu_generator(const c10::IValue& v, c10::DeviceIndex device) {
   if (v.isNone()) return default_generator(device);
@@ -344,16 +348,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution", "convolution_backward", "cummax", "cummax.out", "cummin",
                            "cummin.out", "logcumsumexp", "logcumsumexp.out", "mode.values",
                            "_grouped_mm"})
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());
-  // The arithmetic ops of nearly every step, functional and in-place: without
-  // a kernel of ours PyTorch's structured CompositeExplicitAutogradNonFunctional
-  // kernel runs first (TensorIterator's meta, an empty output through the
-  // dispatcher) and then calls the out= form, which reaches the boxed kernel
-  // anyway; taken whole they skip that work, about a ninth of a cached strict
-  // op's instructions (docs/execution.md). Their metadata still comes from
-  // the same C++ structured meta (OpInfo::cpp_meta), so shapes, strides,
-  // dtypes and error messages are the composite's.
-  for (const char* name : {"add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor", "mul.Tensor",
-                           "mul_.Tensor", "div.Tensor", "div_.Tensor"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());
 }

@@ -326,67 +326,71 @@ bool key_tensor(KeyWriter& k, const at::Tensor& t, int& device) {
   return true;
 }
 
+// One argument's part of the key; false for a kind the cache does not key.
+bool key_ivalue(KeyWriter& k, const c10::IValue& v, Kind kind, const OpInfo& info, int& device) {
+  if (v.isTensor()) {
+    key_val<int8_t>(k, 1);
+    return key_tensor(k, v.toTensor(), device);
+  } else if (v.isTensorList()) {
+    key_val<int8_t>(k, 2);
+    auto ts = v.toListRef();  // references: no copy of the tensors (a copy costs the GIL)
+    key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
+    for (const c10::IValue& t : ts)
+      if (!key_tensor(k, t.toTensor(), device)) return false;
+  } else if (v.isOptionalTensorList()) {
+    key_val<int8_t>(k, 3);
+    auto ts = v.toListRef();
+    key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
+    static const at::Tensor kNone;
+    for (const c10::IValue& t : ts)
+      if (!key_tensor(k, t.isTensor() ? t.toTensor() : kNone, device)) return false;
+  } else if (v.isNone()) {
+    key_val<int8_t>(k, 4);
+  } else if (v.isInt()) {  // integer Scalars too: checks may read them (int ** -1)
+    key_val<int8_t>(k, 5);
+    key_val<int64_t>(k, v.toInt());
+  } else if (v.isBool()) {
+    key_val<int8_t>(k, 6);
+    key_val<int8_t>(k, v.toBool());
+  } else if (v.isDouble()) {
+    key_val<int8_t>(k, 7);
+    if (kind == Kind::Scalar && !info.meta_uses_scalar_values) return true;
+    key_val<double>(k, v.toDouble());
+  } else if (v.isComplexDouble()) {
+    key_val<int8_t>(k, 8);
+    if (!info.meta_uses_scalar_values) return true;
+    auto c = v.toComplexDouble();
+    key_val<double>(k, c.real());
+    key_val<double>(k, c.imag());
+  } else if (v.isIntList()) {
+    key_val<int8_t>(k, 9);
+    auto l = v.toIntVector();
+    key_val<int64_t>(k, static_cast<int64_t>(l.size()));
+    key_bytes(k, l.data(), l.size() * sizeof(int64_t));
+  } else if (v.isBoolList()) {
+    key_val<int8_t>(k, 10);
+    for (bool b : v.toBoolList()) key_val<int8_t>(k, b);
+  } else if (v.isString()) {
+    key_val<int8_t>(k, 11);
+    const std::string& str = v.toStringRef();
+    key_bytes(k, str.c_str(), str.size() + 1);  // with its '\0'
+  } else if (v.isDevice()) {
+    key_val<int8_t>(k, 12);
+    key_val<int16_t>(k, static_cast<int16_t>(v.toDevice().type()));
+    key_val<int16_t>(k, v.toDevice().has_index() ? v.toDevice().index() : -1);
+  } else if (v.isGenerator()) {
+    key_val<int8_t>(k, 13);  // which generator does not change shapes
+  } else {
+    return false;  // a kind the cache does not key: run the Meta kernel
+  }
+  return true;
+}
+
 bool meta_key(const torch::jit::Stack& stack, size_t begin, size_t nargs, const OpInfo& info,
               KeyWriter& k, int& device) {
   device = -1;
-  for (size_t i = 0; i < nargs; ++i) {
-    const c10::IValue& v = stack[begin + i];
-    if (v.isTensor()) {
-      key_val<int8_t>(k, 1);
-      if (!key_tensor(k, v.toTensor(), device)) return false;
-    } else if (v.isTensorList()) {
-      key_val<int8_t>(k, 2);
-      auto ts = v.toListRef();  // references: no copy of the tensors (a copy costs the GIL)
-      key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
-      for (const c10::IValue& t : ts)
-        if (!key_tensor(k, t.toTensor(), device)) return false;
-    } else if (v.isOptionalTensorList()) {
-      key_val<int8_t>(k, 3);
-      auto ts = v.toListRef();
-      key_val<int64_t>(k, static_cast<int64_t>(ts.size()));
-      static const at::Tensor kNone;
-      for (const c10::IValue& t : ts)
-        if (!key_tensor(k, t.isTensor() ? t.toTensor() : kNone, device)) return false;
-    } else if (v.isNone()) {
-      key_val<int8_t>(k, 4);
-    } else if (v.isInt()) {  // integer Scalars too: checks may read them (int ** -1)
-      key_val<int8_t>(k, 5);
-      key_val<int64_t>(k, v.toInt());
-    } else if (v.isBool()) {
-      key_val<int8_t>(k, 6);
-      key_val<int8_t>(k, v.toBool());
-    } else if (v.isDouble()) {
-      key_val<int8_t>(k, 7);
-      if (info.kinds[i] == Kind::Scalar && !info.meta_uses_scalar_values) continue;
-      key_val<double>(k, v.toDouble());
-    } else if (v.isComplexDouble()) {
-      key_val<int8_t>(k, 8);
-      if (!info.meta_uses_scalar_values) continue;
-      auto c = v.toComplexDouble();
-      key_val<double>(k, c.real());
-      key_val<double>(k, c.imag());
-    } else if (v.isIntList()) {
-      key_val<int8_t>(k, 9);
-      auto l = v.toIntVector();
-      key_val<int64_t>(k, static_cast<int64_t>(l.size()));
-      key_bytes(k, l.data(), l.size() * sizeof(int64_t));
-    } else if (v.isBoolList()) {
-      key_val<int8_t>(k, 10);
-      for (bool b : v.toBoolList()) key_val<int8_t>(k, b);
-    } else if (v.isString()) {
-      key_val<int8_t>(k, 11);
-      const std::string& str = v.toStringRef();
-      key_bytes(k, str.c_str(), str.size() + 1);  // with its '\0'
-    } else if (v.isDevice()) {
-      key_val<int8_t>(k, 12);
-      key_val<int16_t>(k, static_cast<int16_t>(v.toDevice().type()));
-      key_val<int16_t>(k, v.toDevice().has_index() ? v.toDevice().index() : -1);
-    } else if (v.isGenerator()) {
-      key_val<int8_t>(k, 13);  // which generator does not change shapes
-    } else {
-      return false;  // a kind the cache does not key: run the Meta kernel
-    }
-  }
+  for (size_t i = 0; i < nargs; ++i)
+    if (!key_ivalue(k, stack[begin + i], info.kinds[i], info, device)) return false;
   return true;
 }
 
@@ -419,6 +423,32 @@ bool run_meta_cached(const c10::OperatorHandle& op, OpInfo& info, const torch::j
   info.meta_cache.emplace(key, std::move(r));
   return ok;
 }
+
+}  // namespace
+
+std::shared_ptr<const OpInfo::MetaResult> cached_binary_meta(OpInfo& info, const at::Tensor& a,
+                                                             const at::Tensor& b,
+                                                             const at::Scalar* alpha, int& device) {
+  // the bytes meta_key writes for the stack (a, b[, alpha]): one cache for both paths
+  thread_local std::string key;
+  device = -1;
+  KeyWriter w(key);
+  key_val<int8_t>(w, 1);
+  if (!key_tensor(w, a, device)) return nullptr;
+  key_val<int8_t>(w, 1);
+  if (!key_tensor(w, b, device)) return nullptr;
+  if (alpha) {
+    if (alpha->isSymbolic()) return nullptr;
+    if (!key_ivalue(w, c10::IValue(*alpha), Kind::Scalar, info, device)) return nullptr;
+  }
+  w.finish();
+  std::lock_guard<std::mutex> lock(info.meta_mu);
+  auto it = info.meta_cache.find(key);
+  if (it == info.meta_cache.end() || !it->second->ok) return nullptr;
+  return it->second;
+}
+
+namespace {
 
 int add_tensor(const at::Tensor& t, NativeCall& call) {
   tpuc_tensor d{};
@@ -552,6 +582,8 @@ tpuc_arg translate(const c10::IValue& v, Kind kind, NativeCall& call, int64_t dr
   }
 }
 
+}  // namespace
+
 // A fresh tpu tensor for a Meta result: its strides when dense, else contiguous.
 at::Tensor allocate_like_meta(const at::Tensor& m, c10::DeviceIndex device) {
   if (m.is_non_overlapping_and_dense()) return empty_tpu(m.sizes(), m.strides(), m.scalar_type(), device);
@@ -564,6 +596,8 @@ void follow_meta(const at::Tensor& real, const at::Tensor& m) {
   if (real.sizes().equals(m.sizes()) && real.strides().equals(m.strides())) return;
   restride_tpu(real, m.sizes(), m.strides());
 }
+
+namespace {
 
 // An output of the call. An undefined result (a gradient output_mask did not
 // ask for) keeps its position as an absent tensor (NULL storage).

@@ -60,8 +60,9 @@ struct OpInfo {
   // floating dtype and layout, so tpuc computes its output metadata itself
   // (native.cpp, grouped_mm_meta).
   bool own_grouped_mm_meta = false;
-  // The arithmetic ops the boxed kernel takes whole (fallback.cpp: add, sub,
-  // mul, div and their in-place forms): their metadata comes from PyTorch's
+  // The arithmetic ops taken whole (arith.cpp's unboxed kernels: add, sub,
+  // mul, div and their in-place forms, whose misses reach the boxed kernel
+  // with their stack): their metadata comes from PyTorch's
   // C++ structured meta (at::meta::add, ...), as the composite kernel they
   // replace computed it, not from the Meta dispatch entry (a Python ref whose
   // errors read differently from the CPU's). Null for every other op.
@@ -93,5 +94,24 @@ bool describe(const at::Tensor& t, tpuc_tensor* out);
 // go to the CPU.
 bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
                 std::string& why);
+
+// fallback.cpp: the operator's OpInfo (made on first use), and the boxed
+// kernel itself (native path, else the CPU), for the unboxed kernels of
+// arith.cpp to hand a call to when their fast path does not apply.
+OpInfo& info_for(const c10::OperatorHandle& op);
+void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// native.cpp, for arith.cpp: the Meta-result cache's entry for the call
+// (a, b[, alpha]) of a binary arithmetic op, keyed as the boxed path keys
+// that stack (one cache for both); null on a miss, a key the cache does not
+// take (a host tensor of several elements, a symbolic alpha) or a call
+// without a Meta result. `device`: the call's tpu device (-1: none).
+std::shared_ptr<const OpInfo::MetaResult> cached_binary_meta(OpInfo& info, const at::Tensor& a,
+                                                             const at::Tensor& b,
+                                                             const at::Scalar* alpha, int& device);
+// A fresh tpu tensor for a Meta result: its strides when dense, else contiguous.
+at::Tensor allocate_like_meta(const at::Tensor& m, c10::DeviceIndex device);
+// Makes a mutated argument's metadata what the Meta kernel made it.
+void follow_meta(const at::Tensor& real, const at::Tensor& m);
 
 }  // namespace tpuc_torch
