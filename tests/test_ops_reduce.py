@@ -50,6 +50,19 @@ def test_var_std_norm():
     same(lambda x: torch.linalg.vector_norm(x.to(BF16), dim=1), x)
 
 
+def test_norm_orders_built_into_the_program():
+    """p = 0, 1, 2 are baked into the signature (only their formula is built);
+    one input through every order in turn, so a program cached for one p must
+    not answer for another; other orders (0.5, 3, +-inf) stay runtime values."""
+    x = r(4, 5, 6, lo=-3, hi=5)
+    x[0, 1] = 0.0  # zeros count for p = 0
+    for p in (2, 1, 0, 2.0, 0.5, 3, float("inf"), float("-inf"), 1):
+        same(lambda x: (torch.linalg.vector_norm(x, p), torch.linalg.vector_norm(x, p, dim=(0, 2)),
+                        x.norm(p, dim=1, keepdim=True)), x)
+    same(lambda x: torch._foreach_norm([x, x[1:], x[:, :2]], 1), x)
+    same(lambda x: torch._foreach_norm([x, x[1:]]), x)
+
+
 def test_logical_logsumexp_scans():
     x = r(3, 4, 5, lo=-1, hi=1)
     same(lambda x: ((x > 0).all(), (x > 0).any(1), x.round().bool().all((0, 2))), x)
