@@ -134,6 +134,31 @@ def test_flux_stock_trainer_loss_matches_cpu(tmp_path):
     check_steady_state(dev)
 
 
+@pytest.mark.skipif(not LONG, reason="three launches of flux-debug (seed, CPU f64/f32, compiled "
+                    "tpu), minutes: `make test-titan-long` (TPUC_TITAN_LONG=1)")
+def test_flux_compiled_step_matches_cpu(tmp_path):
+    """``--compile.enable --compile.backend tpu`` through the FluxTrainer (TorchTitan compiles
+    each double- and single-stream block, fullgraph, with Dynamo backend "tpu"), flux-debug cut
+    to 1 + 1 blocks (--tpuc.layers=1, as the FSDP=2 tests), one process: the eager bound of the
+    float64 CPU reference; no CPU fallback at all; Dynamo compiles nothing after step 1, the
+    device nothing after step 2."""
+    runner = FluxRunner(tmp_path, layers=1)
+    layout = ["--parallelism.data_parallel_shard_degree", "1", *NO_SAVE]
+    ref, cpu = runner.run_many(1, [runner.seed_plan(),
+                                   runner.plan(1, *layout, device="cpu", dtype="float64"),
+                                   runner.plan(1, *layout, device="cpu")])[1:]
+    comp = runner.run(1, *layout, "--tpuc.cpu_rng=1", "--compile.enable", "--compile.backend", "tpu")
+    assert len(comp) == 3
+    check_against_reference(comp, cpu, ref)
+    check_steady_state(comp)
+    assert not any(comp[-1]["fallbacks"].values()), comp[-1]["fallbacks"]
+    assert comp[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
+    assert [r["dynamo_graphs"] for r in comp] == [comp[0]["dynamo_graphs"]] * len(comp), comp
+    assert comp[-1]["disk_hits"] == comp[1]["disk_hits"], comp
+    print("compiled FLUX: tpu", [r["loss"] for r in comp], "f64", [r["loss"] for r in ref],
+          "compiles", comp[-1]["compiles"], "dynamo graphs", comp[-1]["dynamo_graphs"])
+
+
 # ---- FSDP=2 and bf16 mixed precision (make test-titan-long) ---------------------------------
 
 # TorchTitan 0.3.0's default SPMD backend (spmd_types) fails before step 1 with more than one
