@@ -95,14 +95,14 @@ PLANS: dict[str, dict] = {
     # FLUX at the tests' shapes (test_trainer_flux.py: 32 px images, 8 T5 tokens, batch 2; the
     # FluxTrainer sets seq_len to 4 image + 8 text tokens = 12 a sample), cut to its first
     # double- and single-stream block as the FSDP=2 tests are (--tpuc.layers=1: 138M of its
-    # 258M parameters; a "tpu" rank's resident set was ~4.2 GiB there). Fused FLUX is not
-    # tested through the FluxTrainer, compiled FLUX at one process only.
+    # 258M parameters; a "tpu" rank's resident set was ~4.2 GiB there). Fused and compiled FLUX
+    # are tested through the FluxTrainer at one process only.
     "flux flux-debug": dict(
         extra=["--tpuc.layers=1"], seq=None, batch=2, steps=(5, 2),
         layouts=[_fsdp(1), _fsdp(2)],
         skip={"tpu compiled @ 2p":
               "not run: FLUX with --compile.enable is tested through the FluxTrainer at one process only",
-              "tpu fused": "not run: fused mode is not tested with FLUX through the FluxTrainer"}),
+              "tpu fused @ 2p": "not run: fused mode is tested with FLUX through the FluxTrainer at one process only"}),
 }
 
 

@@ -134,29 +134,47 @@ def test_flux_stock_trainer_loss_matches_cpu(tmp_path):
     check_steady_state(dev)
 
 
-@pytest.mark.skipif(not LONG, reason="three launches of flux-debug (seed, CPU f64/f32, compiled "
-                    "tpu), minutes: `make test-titan-long` (TPUC_TITAN_LONG=1)")
-def test_flux_compiled_step_matches_cpu(tmp_path):
-    """``--compile.enable --compile.backend tpu`` through the FluxTrainer (TorchTitan compiles
-    each double- and single-stream block, fullgraph, with Dynamo backend "tpu"), flux-debug cut
-    to 1 + 1 blocks (--tpuc.layers=1, as the FSDP=2 tests), one process: the eager bound of the
-    float64 CPU reference; no CPU fallback at all; Dynamo compiles nothing after step 1, the
-    device nothing after step 2."""
-    runner = FluxRunner(tmp_path, layers=1)
-    layout = ["--parallelism.data_parallel_shard_degree", "1", *NO_SAVE]
+@pytest.fixture(scope="module")
+def flux_l1(tmp_path_factory):
+    """flux-debug cut to 1 + 1 blocks at one process: the runner, and one CPU launch's seed,
+    float64 and float32 references, shared by the compiled and fused tests."""
+    runner = FluxRunner(tmp_path_factory.mktemp("flux-l1"), layers=1)
     ref, cpu = runner.run_many(1, [runner.seed_plan(),
-                                   runner.plan(1, *layout, device="cpu", dtype="float64"),
-                                   runner.plan(1, *layout, device="cpu")])[1:]
-    comp = runner.run(1, *layout, "--tpuc.cpu_rng=1", "--compile.enable", "--compile.backend", "tpu")
-    assert len(comp) == 3
-    check_against_reference(comp, cpu, ref)
-    check_steady_state(comp)
-    assert not any(comp[-1]["fallbacks"].values()), comp[-1]["fallbacks"]
-    assert comp[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
-    assert [r["dynamo_graphs"] for r in comp] == [comp[0]["dynamo_graphs"]] * len(comp), comp
-    assert comp[-1]["disk_hits"] == comp[1]["disk_hits"], comp
-    print("compiled FLUX: tpu", [r["loss"] for r in comp], "f64", [r["loss"] for r in ref],
-          "compiles", comp[-1]["compiles"], "dynamo graphs", comp[-1]["dynamo_graphs"])
+                                   runner.plan(1, *FLUX_ONE, device="cpu", dtype="float64"),
+                                   runner.plan(1, *FLUX_ONE, device="cpu")])[1:]
+    return runner, ref, cpu
+
+
+FLUX_ONE = ["--parallelism.data_parallel_shard_degree", "1", "--checkpoint.load_only"]
+# the two other "tpu" execution modes: TorchTitan's --compile.enable with Dynamo backend "tpu"
+# (each double- and single-stream block one fullgraph graph), and fused eager mode
+MODES = {"compiled": ({}, ["--compile.enable", "--compile.backend", "tpu"]),
+         "fused": ({"TPUC_EAGER": "fused"}, [])}
+
+
+@pytest.mark.skipif(not LONG, reason="flux-debug launches (seed + CPU f64/f32 shared, one tpu "
+                    "launch each), minutes: `make test-titan-long` (TPUC_TITAN_LONG=1)")
+@pytest.mark.parametrize("mode", list(MODES))
+def test_flux_compiled_and_fused_steps_match_cpu(flux_l1, mode, monkeypatch):
+    """flux-debug cut to 1 + 1 blocks (--tpuc.layers=1, as the FSDP=2 tests), one process,
+    through the FluxTrainer compiled (``--compile.enable --compile.backend tpu``) or in fused
+    mode (``TPUC_EAGER=fused``): the eager bound of the float64 CPU reference; no CPU fallback
+    at all; nothing compiled after step 2 (compiled: no new Dynamo graph after step 1)."""
+    runner, ref, cpu = flux_l1
+    env, flags = MODES[mode]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # the launch's processes inherit it
+    dev = runner.run(1, *FLUX_ONE, "--tpuc.cpu_rng=1", *flags)
+    assert len(dev) == 3
+    check_against_reference(dev, cpu, ref)
+    check_steady_state(dev)
+    assert not any(dev[-1]["fallbacks"].values()), dev[-1]["fallbacks"]
+    assert dev[-1]["disk_hits"] == dev[1]["disk_hits"], dev
+    if mode == "compiled":
+        assert dev[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
+        assert [r["dynamo_graphs"] for r in dev] == [dev[0]["dynamo_graphs"]] * len(dev), dev
+    print(f"{mode} FLUX: tpu", [r["loss"] for r in dev], "f64", [r["loss"] for r in ref],
+          "compiles", dev[-1]["compiles"], "dynamo graphs", dev[-1]["dynamo_graphs"])
 
 
 # ---- FSDP=2 and bf16 mixed precision (make test-titan-long) ---------------------------------
