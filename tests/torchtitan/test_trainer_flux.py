@@ -14,7 +14,9 @@ float32 roundings; steady state (after step 2) without compiles or new CPU fallb
 its noise and timesteps on the device in every step, so the "tpu" run takes those draws from the
 CPU's generator (``--tpuc.cpu_rng=1``, tpuc.integrations.torchtitan.flux) and both sides train on
 the same noise. About 4 launches of a 258M-parameter model: ``make test-titan-long`` only; the
-CPU-stream mode and the autoencoder load shim are checked in ``make test``.
+CPU-stream mode and the autoencoder load shim are checked in ``make test``. The long target also
+runs flux-debug cut to 1 + 1 blocks compiled (``--compile.enable --compile.backend tpu``) and in
+fused mode (``TPUC_EAGER=fused``) at one process, and the cut model at FSDP=2 (float32, bf16).
 """
 from __future__ import annotations
 
