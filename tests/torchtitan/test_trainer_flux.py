@@ -14,7 +14,9 @@ float32 roundings; steady state (after step 2) without compiles or new CPU fallb
 its noise and timesteps on the device in every step, so the "tpu" run takes those draws from the
 CPU's generator (``--tpuc.cpu_rng=1``, tpuc.integrations.torchtitan.flux) and both sides train on
 the same noise. About 4 launches of a 258M-parameter model: ``make test-titan-long`` only; the
-CPU-stream mode and the autoencoder load shim are checked in ``make test``.
+CPU-stream mode and the autoencoder load shim are checked in ``make test``. The long target also
+runs flux-debug cut to 1 + 1 blocks compiled (``--compile.enable --compile.backend tpu``) and in
+fused mode (``TPUC_EAGER=fused``) at one process, and the cut model at FSDP=2 (float32, bf16).
 """
 from __future__ import annotations
 
@@ -132,6 +134,49 @@ def test_flux_stock_trainer_loss_matches_cpu(tmp_path):
     assert len(dev) == 3
     check_against_reference(dev, cpu, ref)
     check_steady_state(dev)
+
+
+@pytest.fixture(scope="module")
+def flux_l1(tmp_path_factory):
+    """flux-debug cut to 1 + 1 blocks at one process: the runner, and one CPU launch's seed,
+    float64 and float32 references, shared by the compiled and fused tests."""
+    runner = FluxRunner(tmp_path_factory.mktemp("flux-l1"), layers=1)
+    ref, cpu = runner.run_many(1, [runner.seed_plan(),
+                                   runner.plan(1, *FLUX_ONE, device="cpu", dtype="float64"),
+                                   runner.plan(1, *FLUX_ONE, device="cpu")])[1:]
+    return runner, ref, cpu
+
+
+FLUX_ONE = ["--parallelism.data_parallel_shard_degree", "1", "--checkpoint.load_only"]
+# the two other "tpu" execution modes: TorchTitan's --compile.enable with Dynamo backend "tpu"
+# (each double- and single-stream block one fullgraph graph), and fused eager mode
+MODES = {"compiled": ({}, ["--compile.enable", "--compile.backend", "tpu"]),
+         "fused": ({"TPUC_EAGER": "fused"}, [])}
+
+
+@pytest.mark.skipif(not LONG, reason="flux-debug launches (seed + CPU f64/f32 shared, one tpu "
+                    "launch each), minutes: `make test-titan-long` (TPUC_TITAN_LONG=1)")
+@pytest.mark.parametrize("mode", list(MODES))
+def test_flux_compiled_and_fused_steps_match_cpu(flux_l1, mode, monkeypatch):
+    """flux-debug cut to 1 + 1 blocks (--tpuc.layers=1, as the FSDP=2 tests), one process,
+    through the FluxTrainer compiled (``--compile.enable --compile.backend tpu``) or in fused
+    mode (``TPUC_EAGER=fused``): the eager bound of the float64 CPU reference; no CPU fallback
+    at all; nothing compiled after step 2 (compiled: no new Dynamo graph after step 1)."""
+    runner, ref, cpu = flux_l1
+    env, flags = MODES[mode]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # the launch's processes inherit it
+    dev = runner.run(1, *FLUX_ONE, "--tpuc.cpu_rng=1", *flags)
+    assert len(dev) == 3
+    check_against_reference(dev, cpu, ref)
+    check_steady_state(dev)
+    assert not any(dev[-1]["fallbacks"].values()), dev[-1]["fallbacks"]
+    assert dev[-1]["disk_hits"] == dev[1]["disk_hits"], dev
+    if mode == "compiled":
+        assert dev[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
+        assert [r["dynamo_graphs"] for r in dev] == [dev[0]["dynamo_graphs"]] * len(dev), dev
+    print(f"{mode} FLUX: tpu", [r["loss"] for r in dev], "f64", [r["loss"] for r in ref],
+          "compiles", dev[-1]["compiles"], "dynamo graphs", dev[-1]["dynamo_graphs"])
 
 
 # ---- FSDP=2 and bf16 mixed precision (make test-titan-long) ---------------------------------
