@@ -205,19 +205,42 @@ def test_scans(c, op):
     c.check(f"aten::{op}", torch.empty(0, 3), 0)
 
 
-def test_new_correction_and_p_are_cache_hits(c):
+def test_new_correction_and_runtime_p_are_cache_hits(c):
+    # correction is a runtime value: one program for every correction
     x = rnd(4, 5)
     c.check("aten::var.correction", x, [1], correction=1)
-    c.check("aten::linalg_vector_norm", x, 2.0, [1])
     before = c.stats()
     c.check("aten::var.correction", x, [1], correction=0)
     c.check("aten::var.correction", x, [1], correction=3)
-    c.check("aten::linalg_vector_norm", x, 1.0, [1])
-    c.check("aten::linalg_vector_norm", x, float("inf"), [1])
-    c.check("aten::linalg_vector_norm", x, 0.7, [1])
     after = c.stats()
     assert after.fast_misses == before.fast_misses
-    assert after.fast_hits - before.fast_hits == 5
+    assert after.fast_hits - before.fast_hits == 2
+    # a p outside the special exponents (tpuc_scalar_is_static) is a runtime value too
+    c.check("aten::linalg_vector_norm", x, 0.7, [1])
+    before = c.stats()
+    c.check("aten::linalg_vector_norm", x, float("inf"), [1])
+    c.check("aten::linalg_vector_norm", x, 1.7, [1])
+    c.check("aten::linalg_vector_norm", x, 4.0, [1])
+    after = c.stats()
+    assert after.fast_misses == before.fast_misses
+    assert after.fast_hits - before.fast_hits == 3
+
+
+def test_special_p_is_in_the_signature(c):
+    # p = 0, 1, 2 (and the other special exponents) are baked into the program, so
+    # that only their formula is built (clip_grad_norm_'s p = 2): one program per p,
+    # each a cache hit when it recurs
+    x = rnd(4, 6)
+    before = c.stats()
+    for p in (2.0, 1.0, 0.0):
+        c.check("aten::linalg_vector_norm", x, p, [1])
+    mid = c.stats()
+    assert mid.fast_misses - before.fast_misses == 3
+    for p in (2.0, 1.0, 0.0):
+        c.check("aten::linalg_vector_norm", x, p, [1])
+    after = c.stats()
+    assert after.fast_misses == mid.fast_misses
+    assert after.fast_hits - mid.fast_hits == 3
 
 
 def test_nansum_aminmax_median(c):

@@ -115,8 +115,9 @@ OPS: list[Op] = [
 KNOWN: dict[tuple[str, Any], str] = {
     # found by seed 0 call 42: linalg.vector_norm(tensor(1e30)) is inf on tpu (x*x overflows
     # float32 before the square root); the CPU kernel returns |x| for a one-element input
-    # (with two elements it overflows too). Regression test:
-    # tests/reliability/test_fuzz.py::test_known_norm_overflow (xfail, strict).
+    # (with two elements it overflows too). Since p = 0, 1, 2 are built into the program
+    # the one-element case matches (tests/reliability/test_fuzz.py::
+    # test_norm_of_one_large_element); kept here for the other orders and the half types.
     ("norm", torch.float32): "squares overflow float32 for |x| > 1.8e19 (CPU avoids it)",
     ("norm", torch.float16): "the same overflow in float16 (|x| > 256)",
     ("norm", torch.bfloat16): "the same overflow in bfloat16",

@@ -18,12 +18,14 @@ def test_replay_is_deterministic() -> None:
     assert one_call(0, 3) == one_call(0, 3)
 
 
-@pytest.mark.xfail(strict=True, reason="known difference (docs/reliability.md): vector_norm of a "
-                                       "one-element tensor squares it (inf past 1.8e19 in float32); "
-                                       "the CPU returns |x| for one element (and overflows too for more)")
-def test_known_norm_overflow() -> None:
-    x = torch.tensor([[1e30]])
-    torch.testing.assert_close(torch.linalg.vector_norm(x.to("tpu")).cpu(), torch.linalg.vector_norm(x))
+def test_norm_of_one_large_element() -> None:
+    # was a known difference (the runtime-p form gave inf for a lone element past 1.8e19
+    # in float32, where the CPU returns |x|); since p = 0, 1, 2 are built into the
+    # program the one-element result is the CPU's; two elements overflow on both sides
+    for x in (torch.tensor([[1e30]]), torch.tensor([[1e30, 1.0]]), torch.tensor([[-3.0, 4.0]])):
+        for p in (2, 1, 0):
+            torch.testing.assert_close(torch.linalg.vector_norm(x.to("tpu"), p).cpu(),
+                                       torch.linalg.vector_norm(x, p))
 
 
 @pytest.mark.xfail(strict=True, reason="finding of seed 2 call 306 (docs/reliability.md): gelu of large "
