@@ -70,7 +70,8 @@ def _worker(device: str, calls: int) -> None:
         for _ in range(3):
             c = op(a, b)
         sync()
-    print(json.dumps({"ready": device, "threads": torch.get_num_threads()}), flush=True)
+    print(json.dumps({"ready": device, "threads": torch.get_num_threads(),
+                      "xla_flags": os.environ.get("XLA_FLAGS")}), flush=True)
     for line in sys.stdin:
         if line.strip() != "go":
             break
@@ -85,7 +86,8 @@ def _worker(device: str, calls: int) -> None:
         print(json.dumps(res), flush=True)
 
 
-def _spawn(name: str, device: str, xla_flags: str | None, calls: int) -> tuple[str, subprocess.Popen]:
+def _spawn(name: str, device: str, xla_flags: str | None,
+           calls: int) -> tuple[str, subprocess.Popen, dict]:
     env = dict(os.environ)
     if xla_flags is not None:
         env["XLA_FLAGS"] = xla_flags
@@ -94,7 +96,7 @@ def _spawn(name: str, device: str, xla_flags: str | None, calls: int) -> tuple[s
                          stdout=subprocess.PIPE, text=True)
     ready = json.loads(p.stdout.readline())
     assert ready.get("ready") == device, ready
-    return name, p
+    return name, p, ready
 
 
 def main() -> None:
@@ -113,15 +115,15 @@ def main() -> None:
     procs = [_spawn("torch cpu", "cpu", None, a.calls),
              _spawn("xla" + (f" [{base}]" if base else ""), "tpu", base, a.calls)]
     procs += [_spawn(f"xla [{f}]", "tpu", f"{base} {f}".strip(), a.calls) for f in a.flags]
-    samples: dict[str, list[dict]] = {n: [] for n, _ in procs}
+    samples: dict[str, list[dict]] = {n: [] for n, _, _ in procs}
     load = [os.getloadavg()[0]]
     for _ in range(a.rounds):  # interleaved: one round of each contender in turn
-        for n, p in procs:
+        for n, p, _ in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
             samples[n].append(json.loads(p.stdout.readline()))
     load.append(os.getloadavg()[0])
-    for _, p in procs:
+    for _, p, _ in procs:
         p.stdin.close()
         p.wait()
 
@@ -138,7 +140,9 @@ def main() -> None:
                          "wall_vs_torch": wall / med["torch cpu"][1]})
     out = {"machine": env.describe(), "affinity": sorted(os.sched_getaffinity(0)),
            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "rounds": a.rounds,
-           "calls": a.calls, "load_average": load, "rows": rows}
+           "calls": a.calls, "load_average": load,
+           "contenders": {n: {"threads": r["threads"], "xla_flags": r["xla_flags"]}
+                          for n, _, r in procs}, "rows": rows}
     print(f"{out['machine']['date']}, {out['machine']['cpu']}, cores {out['affinity']}, "
           f"OMP_NUM_THREADS={out['omp_num_threads']}, load average {load[0]:.1f} -> {load[1]:.1f}")
     print(f"{'form':28s} {'contender':40s} {'CPU ms':>7s} {'GFLOP/s':>7s} {'wall ms':>7s} "
