@@ -44,7 +44,7 @@ print((x * 3 + 1).sum().item(), os.environ.get("XLA_FLAGS"))
 """
 
 
-def _vector_widths(dump, cache: str, **env: str) -> set[str]:
+def _vector_widths(dump: str, cache: str, **env: str) -> set[str]:
     """The prefer-vector-width XLA built the process's generated kernels for. Every
     process dumps into the same (emptied) folder, so that their XLA_FLAGS differ only
     where the test makes them differ."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-# option -> value, each added only where the predicate on the CPU's flags holds
+# (option, value, the CPU feature flag it needs)
 _CPU_DEFAULTS: list[tuple[str, str, str]] = [
     ("xla_cpu_prefer_vector_width", "512", "avx512f"),
 ]
