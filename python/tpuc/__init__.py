@@ -25,7 +25,7 @@ def _register() -> None:
     import torch
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines off (docs/environment.md)
-    from . import _host_heap, _plugin
+    from . import _host_heap, _plugin, _xla_flags
 
     missing = ""
     try:
@@ -34,6 +34,8 @@ def _register() -> None:
         choice, missing = None, str(e)
     # before anything starts the plugin's threads (see _host_heap)
     _host_heap.apply(choice is not None and _plugin.is_cpu_plugin(choice))
+    # before the plugin reads XLA_FLAGS (its first compile)
+    _xla_flags.apply(choice is not None and _plugin.is_cpu_plugin(choice))
     try:
         from .distributed import apply_launch_environment  # torchrun: tpu:LOCAL_RANK exists
 

@@ -18,7 +18,7 @@ def _version(dist: str) -> str | None:
 
 
 def _info(as_json: bool) -> int:
-    from . import _host_heap, _native, _plugin
+    from . import _host_heap, _native, _plugin, _xla_flags
 
     try:
         choice = _plugin.find_plugin()
@@ -29,6 +29,9 @@ def _info(as_json: bool) -> int:
     report = asdict(desc)
     report["plugin_source"] = choice.source
     report["host_heap"] = _host_heap.decide(_plugin.is_cpu_plugin(choice))[1]
+    report["xla_options"] = _xla_flags.state() if _xla_flags.state() != "not decided" else (
+        _xla_flags.decide(_plugin.is_cpu_plugin(choice), os.environ.get("XLA_FLAGS"),
+                          _xla_flags.cpu_flags(), os.environ.get("TPUC_XLA_DEFAULTS"))[1])
     from .distributed._topology import choose_transport
 
     transport, transport_why = choose_transport(desc.platform)
@@ -54,6 +57,7 @@ def _info(as_json: bool) -> int:
     if desc.stablehlo_current:
         print(f"StableHLO:         {desc.stablehlo_minimum} .. {desc.stablehlo_current}")
     print(f"host heap:         {report['host_heap']}")
+    print(f"XLA options:       {report['xla_options']}")
     print(f"tpu_dist:          {transport} transport ({transport_why})")
     print(f"devices:           {len(desc.devices)}")
     for d in desc.devices:
