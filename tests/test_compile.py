@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -173,3 +174,30 @@ def test_constants_are_made_again_in_each_part() -> None:
                 assert part[a] == part[n], (a.name, n.name)
     assert sum(n.target is aten.full_like.default for n in gm.graph.nodes) == 2
     torch.testing.assert_close(gm(x), want, rtol=0, atol=0)
+
+
+def _chain_graph(n_ops: int, collective: bool) -> torch.fx.GraphModule:
+    g = torch.fx.Graph()
+    v = g.placeholder("x")
+    for _ in range(n_ops):
+        v = g.call_function(torch.ops.aten.mul.Tensor, (v, v))
+    if collective:
+        v = g.call_function(torch.ops._c10d_functional.wait_tensor.default, (v,))
+    g.output((v,))
+    return torch.fx.GraphModule({}, g)
+
+
+def test_backward_with_a_collective_stays_one_program() -> None:
+    """A compiled backward is launched as TPUC_BACKWARD_PROGRAMS parts, except one holding a
+    functional collective (expert parallelism's all_to_all): split, the EP=4 MoE recipe's
+    gradients were wrong (docs/torchtitan.md), so such a graph stays one program."""
+    import tpuc.dynamo as D
+
+    if D._backward_parts() < 2:
+        pytest.skip("TPUC_BACKWARD_PROGRAMS=1: nothing is split")
+    before = D._programs_made
+    D._split_runner(_chain_graph(12, collective=False), [])
+    assert D._programs_made - before == D._backward_parts()  # one runner per part
+    before = D._programs_made
+    D._split_runner(_chain_graph(12, collective=True), [])
+    assert D._programs_made - before == 1

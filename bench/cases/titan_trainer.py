@@ -20,7 +20,7 @@ Recipes: llama3 debugmodel, qwen3 debugmodel (dense), qwen3 debugmodel_moe and F
 each at the sizes in PLANS. A full run restricted to some recipes, layouts or contenders
 (run()'s environment variables) merges into the results file: its rows replace the ones it
 measured again (keeping their figures under ``replaces``), the others stay (merge_previous).
-TPUC_TITAN_BENCH_MAX_RSS_MIB kills a launch whose processes together hold more resident memory.
+TPUC_TITAN_BENCH_MAX_RSS_MIB kills a launch whose processes together hold more memory (the sum of their proportional set sizes).
 """
 from __future__ import annotations
 
@@ -75,15 +75,18 @@ def _fsdp(n: int) -> Layout:
 PLANS: dict[str, dict] = {
     "llama3 debugmodel": dict(extra=[], seq=64, batch=2, steps=(8, 3),
                               layouts=[_fsdp(1), _fsdp(2), _fsdp(4)], skip={}),
+    # Every MoE contender runs without activation checkpointing (as the compiled tests do:
+    # with AC, TorchTitan halves the expert-bias token count under torch.compile, so compiled
+    # would train something else than eager) and from --debug.seed 0 (at 4 ranks TorchTitan's
+    # rank 0 otherwise draws a fresh seed per run and the contenders' losses say nothing).
     "qwen3 debugmodel_moe": dict(
-        extra=["--tpuc.layers=2"], seq=16, batch=1, steps=(5, 2),
+        extra=["--tpuc.layers=2", "--debug.seed", "0", "activation-checkpoint:none"],
+        seq=16, batch=1, steps=(5, 2),
         layouts=[_fsdp(1),
                  Layout(4, ("--parallelism.data_parallel_shard_degree", "4",
                             "--parallelism.expert_parallel_degree", "4", *EP_FLAGS),
                         "EP=4 x FSDP=4")],
-        skip={"tpu compiled @ EP=4 x FSDP=4":
-              "not run: the compiled MoE step is tested through the Trainer at one process only",
-              "tpu fused": "not run: fused mode is not tested with the MoE recipe through the Trainer"}),
+        skip={}),
     # qwen3 dense at the tests' CI shapes (trainer_runs.CI_SIZES): its first 2 of 8 blocks,
     # 1 x 16 tokens per rank (same attention, norms, embedding and output as the MoE flavour).
     # A fixed seed: without one TorchTitan's rank 0 draws a fresh seed at more than one rank,
@@ -133,15 +136,24 @@ MAX_RSS_MIB = int(os.environ.get("TPUC_TITAN_BENCH_MAX_RSS_MIB", "0"))
 
 
 def _tree_rss_mib(pid: int) -> float:
-    """Resident set of ``pid`` and its descendants (torchrun, its agent, every rank), MiB."""
-    total = 0
+    """Memory of ``pid`` and its descendants (torchrun, its agent, every rank), MiB: the sum of
+    their proportional set sizes (Pss: a page shared by k of them counts 1/k in each, so the
+    libraries every rank maps, ~0.2 GiB each, count once), the resident set where smaps_rollup
+    cannot be read."""
+    total_kib = 0.0
     for q in [pid, *_descendants(pid)]:
         try:
+            with open(f"/proc/{q}/smaps_rollup") as f:
+                total_kib += next(int(ln.split()[1]) for ln in f if ln.startswith("Pss:"))
+            continue
+        except (OSError, ValueError, StopIteration):
+            pass
+        try:
             with open(f"/proc/{q}/statm") as f:
-                total += int(f.read().split()[1])
+                total_kib += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024
         except (OSError, ValueError, IndexError):
             continue
-    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return total_kib / 1024
 
 
 def _launch(work: Path, name: str, nproc: int, args: list[str], env_extra: dict) -> list[dict]:
@@ -150,9 +162,13 @@ def _launch(work: Path, name: str, nproc: int, args: list[str], env_extra: dict)
     rec = work / f"{name}.jsonl"
     log = work / f"{name}.log"
     rec.unlink(missing_ok=True)
+    # a TorchTitan (tyro) subcommand such as activation-checkpoint:none goes after every flag
+    # (tyro reads the flags after it as the subcommand's own)
+    subcommands = [a for a in args if a.startswith("activation-checkpoint:")]
+    flags = [a for a in args if a not in subcommands]
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
            "--master_addr=127.0.0.1", f"--master_port={_port()}", "-m", "bench.titan_launch",
-           *args, "--dump_folder", str(work / f"{name}-dump")]
+           *flags, "--dump_folder", str(work / f"{name}-dump"), *subcommands]
     env = dict(os.environ, OMP_NUM_THREADS="1", TPUC_BENCH_METRICS=str(rec),
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                **env_extra)

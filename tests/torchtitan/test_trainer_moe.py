@@ -159,18 +159,81 @@ def root_ep4(tmp_path_factory):
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _ep4_runner(root) -> Runner:
+    runner = Runner(root, "qwen3_moe", steps=4, seq_len=16, batch=1)
+    runner.common += ["--tpuc.layers=2"]  # the seed too
+    return runner
+
+
+_ep4_refs: dict[str, tuple[list[dict], list[dict]]] = {}
+
+
+def ep4_references(root) -> dict[str, tuple[list[dict], list[dict]]]:
+    """EP=4 x FSDP=4 on the CPU (gloo, TorchTitan's stock dispatcher), 4 steps: the float64
+    and float32 runs with the recipe's selective activation checkpointing and without any
+    (``activation-checkpoint:none``, the compiled step's references), all four in one 4-process
+    launch (``--tpuc.runs``), once per session."""
+    if not _ep4_refs:
+        runner = _ep4_runner(root)
+        flags = [*EP4_LAYOUTS["ep4-fsdp4"], *EP_COMMON, *NO_SAVE, *STOCK_DISPATCH]
+        plans = {ac: (runner.plan(4, *flags, device="cpu", dtype="float64", subcommand=sub),
+                      runner.plan(4, *flags, device="cpu", subcommand=sub))
+                 for ac, sub in (("selective", None), ("none", AC_NONE))}
+        got = runner.run_many(4, [p for pair in plans.values() for p in pair])
+        _ep4_refs.update({"selective": (got[0], got[1]), "none": (got[2], got[3])})
+    return _ep4_refs
+
+
 @pytest.mark.skipif(not LONG, reason="four processes x 3 launches: make test-titan-long (TPUC_TITAN_LONG=1)")
 @pytest.mark.parametrize("layout", list(EP4_LAYOUTS))
 def test_qwen3_moe_ep_on_4_ranks_matches_cpu(root_ep4, layout):
     """4 steps; the bound of test_trainer.py plus half a bf16 ulp; steady state (after step 2)
     on "tpu": no compile after step 1, no fallback but RoPE's check."""
-    runner = Runner(root_ep4, "qwen3_moe", steps=4, seq_len=16, batch=1)
-    runner.common += ["--tpuc.layers=2"]  # the seed too
+    runner = _ep4_runner(root_ep4)
     flags = [*EP4_LAYOUTS[layout], *EP_COMMON, *NO_SAVE]
-    ref = runner.run(4, *flags, *STOCK_DISPATCH, device="cpu", dtype="float64")
-    cpu = runner.run(4, *flags, *STOCK_DISPATCH, device="cpu")
+    if layout == "ep4-fsdp4":  # shared with the fused and compiled tests below
+        ref, cpu = ep4_references(root_ep4)["selective"]
+    else:
+        ref = runner.run(4, *flags, *STOCK_DISPATCH, device="cpu", dtype="float64")
+        cpu = runner.run(4, *flags, *STOCK_DISPATCH, device="cpu")
     dev = runner.run(4, *flags, "--tpuc.swaps=attention,moe")
     check_against_reference(dev, cpu, ref, extra_rel=BF16_HALF_ULP)
     check_steady_state(dev)
     assert dev[-1]["compiles"] == dev[0]["compiles"], [r["compiles"] for r in dev]  # none after step 1
     print(f"{layout}: tpu compiles per step", [r["compiles"] for r in dev])
+
+
+# The two other "tpu" execution modes at EP=4 x FSDP=4, through the stock Trainer with the moe
+# swap's fixed-capacity dispatcher: fused eager mode (TPUC_EAGER=fused, the recipe's selective
+# AC) and TorchTitan's compiled blocks (--compile.enable --compile.backend tpu; no AC on both
+# sides, for the expert-bias count that TorchTitan halves under compiled AC: the one-process
+# compiled test above). Each against the CPU (stock dispatcher) in the same layout and AC mode.
+EP4_MODES = {"fused": ({"TPUC_EAGER": "fused"}, [], "selective"),
+             "compiled": ({}, COMPILED, "none")}
+
+
+@pytest.mark.skipif(not LONG, reason="four processes: one CPU launch (4 runs, shared) and one tpu "
+                    "launch each, ~6.5 GiB: make test-titan-long (TPUC_TITAN_LONG=1)")
+@pytest.mark.parametrize("mode", list(EP4_MODES))
+def test_qwen3_moe_ep4_fused_and_compiled_match_cpu(root_ep4, mode, monkeypatch):
+    """EP=4 x FSDP=4, 4 steps: within the eager MoE bound of the float64 CPU reference in the
+    same layout and AC mode; no CPU fallback at all; no device compile after step 2 (fused:
+    programs first used in step 2 may still compile then); compiled: no new Dynamo graph after
+    step 1 and no disk-cache load after step 2."""
+    env, flags, ac = EP4_MODES[mode]
+    ref, cpu = ep4_references(root_ep4)[ac]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)  # the launch's processes inherit it
+    runner = _ep4_runner(root_ep4)
+    dev = runner.run(4, *EP4_LAYOUTS["ep4-fsdp4"], *EP_COMMON, *NO_SAVE, "--tpuc.swaps=attention,moe",
+                     *flags, subcommand=AC_NONE if ac == "none" else None)
+    assert len(dev) == 4
+    check_against_reference(dev, cpu, ref, extra_rel=BF16_HALF_ULP)
+    check_steady_state(dev)
+    assert not any(dev[-1]["fallbacks"].values()), dev[-1]["fallbacks"]
+    assert dev[-1]["disk_hits"] == dev[1]["disk_hits"], dev
+    if mode == "compiled":
+        assert dev[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
+        assert [r["dynamo_graphs"] for r in dev] == [dev[0]["dynamo_graphs"]] * len(dev), dev
+    print(f"EP=4 {mode}: tpu", [r["loss"] for r in dev], "f64", [r["loss"] for r in ref],
+          "compiles per step", [r["compiles"] for r in dev], "dynamo graphs", dev[-1]["dynamo_graphs"])
