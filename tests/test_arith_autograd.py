@@ -220,3 +220,26 @@ def test_the_kernels_are_tpucs() -> None:
         assert "arith_autograd.cpp" in row
         other = next(line for line in table.splitlines() if line.startswith("AutogradOther:"))
         assert "VariableType" in other  # where the calls autograd works on go
+
+
+def test_the_allocators_registry_of_live_storages() -> None:
+    """Every tpu storage is registered while alive (getDeviceFromPtr answers from it), in an
+    open-addressing set that storages join and leave on every op: grown past its first
+    size, emptied in a shuffled order, it still holds exactly the live ones."""
+    import random
+
+    from tpuc import _C
+
+    rng = random.Random(0)
+    ts = [torch.empty(1, device="tpu") for _ in range(3000)]
+    ptrs = [t.untyped_storage().data_ptr() for t in ts]
+    assert len(set(ptrs)) == len(ptrs)
+    order = list(range(len(ts)))
+    rng.shuffle(order)
+    freed = set(order[: len(order) * 2 // 3])
+    for i in order[: len(order) * 2 // 3]:
+        ts[i] = None
+    for i, p in enumerate(ptrs):
+        assert _C._device_of_storage_ptr(p) == (-1 if i in freed else 0)
+    x = torch.randn(4)
+    assert _C._device_of_storage_ptr(x.untyped_storage().data_ptr()) == -1  # a CPU pointer
