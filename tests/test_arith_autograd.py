@@ -243,3 +243,36 @@ def test_the_allocators_registry_of_live_storages() -> None:
         assert _C._device_of_storage_ptr(p) == (-1 if i in freed else 0)
     x = torch.randn(4)
     assert _C._device_of_storage_ptr(x.untyped_storage().data_ptr()) == -1  # a CPU pointer
+
+
+def test_under_the_python_dispatcher_and_fake_tensors() -> None:
+    """torch.compile's fake-tensor propagation runs with the Python dispatcher, which calls a
+    kernel with the call's whole key set (its own keys included): the calls autograd works on
+    must still reach PyTorch's autograd kernel once, not come back to tpuc's (BatchNorm's
+    num_batches_tracked.add_(1) under torch.compile recursed without end)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.tpu.set_eager_mode("strict")
+    a0 = torch.randn(3)
+    got = {}
+    for dev in ("cpu", "tpu"):
+        a = _on(a0, dev).requires_grad_()
+        n = torch.zeros((), dtype=torch.int64).to(dev)
+        with torch._C._EnablePythonDispatcher():
+            r = (a + 1) * a - a / 2
+            n.add_(1)
+            r.sum().backward()
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fa = mode.from_tensor(_on(torch.randn(3), dev)).requires_grad_()
+            fr = fa * 2 + fa
+            fn = mode.from_tensor(torch.zeros((), dtype=torch.int64).to(dev))
+            fn.add_(1)
+            with torch._C._EnablePythonDispatcher():
+                fr2 = fa.sub(fa, alpha=3).div(2)
+        got[dev] = (r.detach().cpu(), a.grad.cpu(), n.cpu(), _grad_fn(r), fr.shape, _grad_fn(fr),
+                    fr2.shape, _grad_fn(fr2), fn.shape)
+    for g, w in zip(got["tpu"], got["cpu"]):
+        if isinstance(w, torch.Tensor):
+            torch.testing.assert_close(g, w)
+        else:
+            assert g == w

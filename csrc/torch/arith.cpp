@@ -11,7 +11,8 @@
 // elements, a dtype or conj/neg bit the core cannot take, a lowering that
 // declines, TPUC_NATIVE=0) hands the call, untouched, to the boxed kernel
 // (fallback.cpp), which does what it did before: the Meta kernel and its
-// errors, the CPU fallback. Autograd stays above, in PyTorch's Autograd key.
+// errors, the CPU fallback. Autograd stays above: arith_autograd.cpp's kernels
+// call these directly when autograd has nothing to do, else PyTorch's own.
 #include "ops.h"
 
 #include <torch/library.h>

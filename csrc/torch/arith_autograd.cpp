@@ -23,9 +23,9 @@
 //
 // Otherwise PyTorch's autograd kernel runs: it is registered for the Autograd
 // alias key, so the AutogradOther entry of the operator holds it too, and the
-// call is redispatched with AutogradOther in place of the Autograd
-// functionality. That kernel masks its keys with after_autograd_keyset, as it
-// does when reached through AutogradPrivateUse1, so it runs as before.
+// call is redispatched with the keys below autograd plus AutogradOther. That
+// kernel masks its keys with after_autograd_keyset, as it does when reached
+// through AutogradPrivateUse1, so it runs as before.
 #include "ops.h"
 
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -48,9 +48,14 @@ inline bool autograd_has_nothing_to_do(c10::DispatchKeySet ks, const at::Tensor&
              c10::DispatchKey::PrivateUse1;
 }
 
-// The keys that select PyTorch's own autograd kernel (the AutogradOther entry).
+// The keys that select PyTorch's own autograd kernel (the AutogradOther
+// entry): the call's keys below autograd, as that kernel masks them, and
+// AutogradOther. Keys above autograd go: a kernel reached through
+// callBoxedForDispatchKey (the Python dispatcher of torch.compile's fake
+// tensors) gets the call's whole key set, PythonDispatcher included, and
+// redispatching with those would come back here without end.
 inline c10::DispatchKeySet variable_type_keys(c10::DispatchKeySet ks) {
-  return ks.remove(c10::DispatchKey::AutogradFunctionality).add(c10::DispatchKey::AutogradOther);
+  return (ks & c10::after_autograd_keyset).add(c10::DispatchKey::AutogradOther);
 }
 
 // In-place: what ADInplaceOrView's kernel does after the kernel below it.
