@@ -1,23 +1,81 @@
 // allocator.cpp — the PrivateUse1 allocator. A DataPtr's data and context are
 // a tpuc_storage* (never device memory, never dereferenced here); the
 // deleter destroys the storage. Every live storage is registered so that
-// synchronize() can wait for all of them and getDeviceFromPtr can answer.
+// getDeviceFromPtr can answer for any pointer.
 #include "tpuc_torch.h"
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 
+#include <cstdint>
 #include <mutex>
-#include <unordered_set>
 #include <vector>
 
 namespace tpuc_torch {
 namespace {
 
+// The live storages: an open-addressing set of pointers (linear probing,
+// deletion by backward shift, no tombstones). Each op allocates and frees a
+// storage; std::unordered_set allocated and freed a node for each and hashed
+// through its buckets (about 0.3k instructions per op, docs/execution.md).
+class PtrSet {
+ public:
+  void insert(const void* p) {
+    if (2 * (n_ + 1) > slots_.size()) rehash(slots_.empty() ? 1024 : 2 * slots_.size());
+    size_t i = home(p);
+    while (slots_[i] && slots_[i] != p) i = (i + 1) & mask_;
+    if (!slots_[i]) ++n_;
+    slots_[i] = p;
+  }
+  void erase(const void* p) {
+    if (slots_.empty()) return;
+    size_t i = home(p);
+    while (slots_[i] != p) {
+      if (!slots_[i]) return;  // absent
+      i = (i + 1) & mask_;
+    }
+    // backward shift: move later entries of the probe run into the hole
+    size_t hole = i;
+    for (size_t j = (i + 1) & mask_; slots_[j]; j = (j + 1) & mask_) {
+      size_t h = home(slots_[j]);
+      // the entry at j may fill the hole when its home is not in (hole, j]
+      if (((j - h) & mask_) >= ((j - hole) & mask_)) {
+        slots_[hole] = slots_[j];
+        hole = j;
+      }
+    }
+    slots_[hole] = nullptr;
+    --n_;
+  }
+  bool contains(const void* p) const {
+    if (slots_.empty() || !p) return false;
+    for (size_t i = home(p); slots_[i]; i = (i + 1) & mask_)
+      if (slots_[i] == p) return true;
+    return false;
+  }
+
+ private:
+  size_t home(const void* p) const {
+    uint64_t x = reinterpret_cast<uintptr_t>(p);
+    return static_cast<size_t>((x * 0x9e3779b97f4a7c15ull) >> 20) & mask_;
+  }
+  void rehash(size_t cap) {
+    std::vector<const void*> old(cap, nullptr);
+    old.swap(slots_);
+    mask_ = cap - 1;
+    n_ = 0;
+    for (const void* p : old)
+      if (p) insert(p);
+  }
+  std::vector<const void*> slots_;  // a power of two in size, at most half full
+  size_t mask_ = 0;
+  size_t n_ = 0;
+};
+
 struct Registry {
   std::mutex mu;
-  std::unordered_set<tpuc_storage*> live;
+  PtrSet live;
 };
 
 Registry& registry() {
@@ -124,9 +182,8 @@ void resize_storage(const c10::Storage& storage, size_t nbytes) {
 std::optional<c10::DeviceIndex> device_of_storage_ptr(const void* p) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.live.find(static_cast<tpuc_storage*>(const_cast<void*>(p)));
-  if (it == r.live.end()) return std::nullopt;
-  return static_cast<c10::DeviceIndex>(tpuc_storage_device(*it));
+  if (!r.live.contains(p)) return std::nullopt;
+  return static_cast<c10::DeviceIndex>(tpuc_storage_device(static_cast<const tpuc_storage*>(p)));
 }
 
 void synchronize(int device) {

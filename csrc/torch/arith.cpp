@@ -11,7 +11,8 @@
 // elements, a dtype or conj/neg bit the core cannot take, a lowering that
 // declines, TPUC_NATIVE=0) hands the call, untouched, to the boxed kernel
 // (fallback.cpp), which does what it did before: the Meta kernel and its
-// errors, the CPU fallback. Autograd stays above, in PyTorch's Autograd key.
+// errors, the CPU fallback. Autograd stays above: arith_autograd.cpp's kernels
+// call these directly when autograd has nothing to do, else PyTorch's own.
 #include "ops.h"
 
 #include <torch/library.h>
@@ -164,6 +165,27 @@ constexpr char kAdd[] = "aten::add", kSub[] = "aten::sub", kMul[] = "aten::mul",
                kDiv[] = "aten::div";
 
 }  // namespace
+
+// The kernels by name, for arith_autograd.cpp to call without a redispatch.
+namespace arith {
+at::Tensor add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return Op<kAdd>::alpha(a, b, alpha);
+}
+at::Tensor& add_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return Op<kAdd>::alpha_(a, b, alpha);
+}
+at::Tensor sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return Op<kSub>::alpha(a, b, alpha);
+}
+at::Tensor& sub_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+  return Op<kSub>::alpha_(a, b, alpha);
+}
+at::Tensor mul(const at::Tensor& a, const at::Tensor& b) { return Op<kMul>::binary(a, b); }
+at::Tensor& mul_(at::Tensor& a, const at::Tensor& b) { return Op<kMul>::binary_(a, b); }
+at::Tensor div(const at::Tensor& a, const at::Tensor& b) { return Op<kDiv>::binary(a, b); }
+at::Tensor& div_(at::Tensor& a, const at::Tensor& b) { return Op<kDiv>::binary_(a, b); }
+}  // namespace arith
+
 }  // namespace tpuc_torch
 
 // Without a kernel of ours PyTorch's structured CompositeExplicitAutogradNonFunctional
@@ -171,12 +193,12 @@ constexpr char kAdd[] = "aten::add", kSub[] = "aten::sub", kMul[] = "aten::mul",
 // and then call the out= form; and a boxed kernel costs the stack copies above.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace tpuc_torch;
-  m.impl("add.Tensor", TORCH_FN(Op<kAdd>::alpha));
-  m.impl("add_.Tensor", TORCH_FN(Op<kAdd>::alpha_));
-  m.impl("sub.Tensor", TORCH_FN(Op<kSub>::alpha));
-  m.impl("sub_.Tensor", TORCH_FN(Op<kSub>::alpha_));
-  m.impl("mul.Tensor", TORCH_FN(Op<kMul>::binary));
-  m.impl("mul_.Tensor", TORCH_FN(Op<kMul>::binary_));
-  m.impl("div.Tensor", TORCH_FN(Op<kDiv>::binary));
-  m.impl("div_.Tensor", TORCH_FN(Op<kDiv>::binary_));
+  m.impl("add.Tensor", TORCH_FN(arith::add));
+  m.impl("add_.Tensor", TORCH_FN(arith::add_));
+  m.impl("sub.Tensor", TORCH_FN(arith::sub));
+  m.impl("sub_.Tensor", TORCH_FN(arith::sub_));
+  m.impl("mul.Tensor", TORCH_FN(arith::mul));
+  m.impl("mul_.Tensor", TORCH_FN(arith::mul_));
+  m.impl("div.Tensor", TORCH_FN(arith::div));
+  m.impl("div_.Tensor", TORCH_FN(arith::div_));
 }

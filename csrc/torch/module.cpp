@@ -220,6 +220,12 @@ PYBIND11_MODULE(_C, m) {
   register_replay(m);
   // tpuc doctor: time per kind/op, and a callback(kind, op, detail) at each
   // recompile and fallback (observe.cpp).
+  // What getDeviceFromPtr answers for a storage's data pointer (-1: not a live
+  // tpu storage); for the tests of the allocator's registry.
+  m.def("_device_of_storage_ptr", [](uintptr_t p) {
+    auto d = device_of_storage_ptr(reinterpret_cast<const void*>(p));
+    return d ? static_cast<int>(*d) : -1;
+  });
   m.def("_observe_start", &observe_start, py::arg("callback"));
   m.def("_observe_stop", &observe_stop);
   // tpuc.kernel: a StableHLO module run on tpu tensors (kernel.cpp).

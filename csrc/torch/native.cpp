@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 
 namespace tpuc_torch {
@@ -59,15 +60,21 @@ Kind kind_of(const c10::TypePtr& declared) {
 }
 
 bool describe(const at::Tensor& t, tpuc_tensor* out) {
-  if (!t.is_privateuseone() || t.dim() > TPUC_MAX_DIMS || t.is_conj() || t.is_neg()) return false;
+  // through the TensorImpl's size and stride arrays: size(d)/stride(d) wrap
+  // and check each index (about 0.1k instructions per tensor, three per op)
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (!t.is_privateuseone() || t.is_conj() || t.is_neg()) return false;
+  const c10::IntArrayRef sizes = impl->sizes(), strides = impl->strides();
+  const size_t ndim = sizes.size();
+  if (ndim > TPUC_MAX_DIMS || strides.size() != ndim) return false;
   if (!to_tpuc_dtype(t.scalar_type(), &out->dtype)) return false;
-  out->storage = storage_of(t);
-  out->ndim = static_cast<int>(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    out->sizes[d] = t.size(d);
-    out->strides[d] = t.stride(d);
+  out->storage = storage_of(impl->storage());
+  out->ndim = static_cast<int>(ndim);
+  for (size_t d = 0; d < ndim; ++d) {
+    out->sizes[d] = sizes[d];
+    out->strides[d] = strides[d];
   }
-  out->offset = t.storage_offset();
+  out->offset = impl->storage_offset();
   return true;
 }
 
@@ -326,6 +333,37 @@ bool key_tensor(KeyWriter& k, const at::Tensor& t, int& device) {
   return true;
 }
 
+// key_ivalue's bytes for c10::IValue(s) of a Scalar argument, without
+// making the IValue; false for a symbolic one.
+bool key_scalar(KeyWriter& k, const at::Scalar& s, const OpInfo& info) {
+  if (s.isSymbolic()) return false;
+  if (s.isFloatingPoint()) {  // IValue(Scalar)'s order: double, complex, bool, int
+    key_val<int8_t>(k, 7);
+    if (info.meta_uses_scalar_values) key_val<double>(k, s.toDouble());
+  } else if (s.isComplex()) {
+    key_val<int8_t>(k, 8);
+    if (info.meta_uses_scalar_values) {
+      auto c = s.toComplexDouble();
+      key_val<double>(k, c.real());
+      key_val<double>(k, c.imag());
+    }
+  } else if (s.isBoolean()) {
+    key_val<int8_t>(k, 6);
+    key_val<int8_t>(k, s.toBool());
+  } else if (s.isUnsigned()) {  // an IValue Int when it fits, else UInt (not keyed)
+    const uint64_t u = s.toUInt64();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    key_val<int8_t>(k, 5);
+    key_val<int64_t>(k, static_cast<int64_t>(u));
+  } else if (s.isIntegral(/*includeBool=*/false)) {
+    key_val<int8_t>(k, 5);
+    key_val<int64_t>(k, s.toLong());
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // One argument's part of the key; false for a kind the cache does not key.
 bool key_ivalue(KeyWriter& k, const c10::IValue& v, Kind kind, const OpInfo& info, int& device) {
   if (v.isTensor()) {
@@ -437,10 +475,7 @@ std::shared_ptr<const OpInfo::MetaResult> cached_binary_meta(OpInfo& info, const
   if (!key_tensor(w, a, device)) return nullptr;
   key_val<int8_t>(w, 1);
   if (!key_tensor(w, b, device)) return nullptr;
-  if (alpha) {
-    if (alpha->isSymbolic()) return nullptr;
-    if (!key_ivalue(w, c10::IValue(*alpha), Kind::Scalar, info, device)) return nullptr;
-  }
+  if (alpha && !key_scalar(w, *alpha, info)) return nullptr;
   w.finish();
   std::lock_guard<std::mutex> lock(info.meta_mu);
   auto it = info.meta_cache.find(key);

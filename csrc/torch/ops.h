@@ -114,4 +114,17 @@ at::Tensor allocate_like_meta(const at::Tensor& m, c10::DeviceIndex device);
 // Makes a mutated argument's metadata what the Meta kernel made it.
 void follow_meta(const at::Tensor& real, const at::Tensor& m);
 
+// arith.cpp: tpuc's PrivateUse1 kernels of the arithmetic ops (the unboxed
+// fast path, else the boxed kernel), for arith_autograd.cpp to call directly.
+namespace arith {
+at::Tensor add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha);
+at::Tensor& add_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha);
+at::Tensor sub(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha);
+at::Tensor& sub_(at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha);
+at::Tensor mul(const at::Tensor& a, const at::Tensor& b);
+at::Tensor& mul_(at::Tensor& a, const at::Tensor& b);
+at::Tensor div(const at::Tensor& a, const at::Tensor& b);
+at::Tensor& div_(at::Tensor& a, const at::Tensor& b);
+}  // namespace arith
+
 }  // namespace tpuc_torch

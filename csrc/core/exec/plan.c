@@ -713,7 +713,7 @@ tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, cons
     }
   }
   if (!st) {
-    bool observed = tpuc_events_on(rt);
+    bool observed = tpuc_launch_observed(rt);
     uint64_t id = observed ? tpuc_event_next_id(rt) : 0;
     const char *name = e->name ? e->name : "";
     if (observed) tpuc_event_emit(rt, TPUC_EVENT_EXECUTE, TPUC_EVENT_BEGIN, name, "", device, 0, id);

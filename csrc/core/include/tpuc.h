@@ -648,6 +648,13 @@ typedef void (*tpuc_event_fn)(const tpuc_event *ev, void *user);
 void tpuc_set_event_hook(tpuc_runtime *rt, tpuc_event_fn fn, void *user);
 /* DEVICE_DONE events cost a callback per launch: off until asked for. */
 void tpuc_set_event_device_done(tpuc_runtime *rt, bool on);
+/* An observer that ignores most launches (a profiler's ranges, while no
+ * profiler runs) may set a gate: asked once per launch, with the hook's
+ * user, before its EXECUTE begin; false reports nothing of that launch (no
+ * begin, end or DEVICE_DONE). NULL (the default): every launch is reported.
+ * The gate must not call back into the runtime. */
+typedef bool (*tpuc_event_gate_fn)(void *user);
+void tpuc_set_event_gate(tpuc_runtime *rt, tpuc_event_gate_fn gate);
 
 #ifdef __cplusplus
 }

@@ -113,6 +113,7 @@ struct tpuc_runtime {
   pthread_mutex_t hook_lock;
   _Atomic(tpuc_event_fn) hook;
   _Atomic(void *) hook_user;
+  _Atomic(tpuc_event_gate_fn) hook_gate; /* swapped with the pair, same lock */
   atomic_uint hook_seq; /* odd while the pair is being swapped */
   atomic_ullong event_ids;
   atomic_bool want_done; /* report DEVICE_DONE (tpuc_set_event_device_done) */
@@ -128,6 +129,8 @@ struct tpuc_runtime {
 /* ---- events.c ---- */
 /* True when an observer is set (cheap: one atomic load). */
 static inline bool tpuc_events_on(tpuc_runtime *rt) { return atomic_load_explicit(&rt->hook, memory_order_relaxed) != NULL; }
+/* Whether a launch is reported: a hook is set and its gate (if any) says yes. */
+bool tpuc_launch_observed(tpuc_runtime *rt);
 void tpuc_event_emit(tpuc_runtime *rt, tpuc_event_kind kind, tpuc_event_phase phase,
                      const char *name, const char *detail, int device, int64_t bytes, uint64_t id);
 /* A fresh id for an EXECUTE event. */

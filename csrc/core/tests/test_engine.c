@@ -259,7 +259,15 @@ typedef struct {
   uint64_t exec_id, done_id;
   int depth, max_depth; /* begin/end nesting on the caller's thread */
   char recompile[256];
+  bool gate_open; /* what the gate answers */
+  int gate_calls;
 } event_log;
+
+static bool gate(void *user) {
+  event_log *l = user;
+  l->gate_calls++;
+  return l->gate_open;
+}
 
 static void on_event(const tpuc_event *ev, void *user) {
   event_log *l = user;
@@ -302,6 +310,21 @@ static void test_events(void) {
   CHECK(strstr(l.recompile, "test::add: input 0 shape [3] -> [7]") != NULL);
   CHECK(l.depth == 0 && l.max_depth == 1); /* begin/end pairs, not nested here */
   CHECK(l.exec_id > 0 && l.done_id > 0);
+  /* a gate that says no: the launch is not reported, a transfer still is */
+  tpuc_set_event_gate(rt, gate);
+  int ex = l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_BEGIN], th = l.n[TPUC_EVENT_TO_HOST][TPUC_EVENT_BEGIN];
+  CHECK_OK(run1(OP(k_add), i7, 2, contiguous(o7, 1, &seven), NULL, 0));
+  read_f32(o7, got, 7);
+  CHECK(got[6] == 14 && l.gate_calls >= 1);
+  CHECK(l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_BEGIN] == ex && l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_END] == ex);
+  CHECK(l.n[TPUC_EVENT_TO_HOST][TPUC_EVENT_BEGIN] == th + 1 && l.depth == 0);
+  l.gate_open = true; /* says yes: reported again, in pairs */
+  int calls = l.gate_calls;
+  CHECK_OK(run1(OP(k_add), i7, 2, contiguous(o7, 1, &seven), NULL, 0));
+  read_f32(o7, got, 7);
+  CHECK(l.gate_calls > calls);
+  CHECK(l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_BEGIN] == ex + 1 && l.n[TPUC_EVENT_EXECUTE][TPUC_EVENT_END] == ex + 1);
+  tpuc_set_event_gate(rt, NULL);
   /* removed: nothing more is reported */
   tpuc_set_event_hook(rt, NULL, NULL);
   tpuc_set_event_device_done(rt, false);
