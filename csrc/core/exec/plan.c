@@ -444,9 +444,10 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
     o_at[j] = IR_NONE;
     const tpuc_tensor *o = &c->outputs[j];
     if (oslot[j] < 0 || tpuc_view_covers_storage(o, o->storage->nbytes)) continue;
-    for (int i = 0; i < nt && o_at[j] == IR_NONE; i++)
+    for (int i = 0; i < nt; i++) /* every read of the written region, at one start */
       if (tslot[i] == oslot[j] && tpuc_view_same_region(&c->tensors[i], o)) {
-        if (t_at[i] == IR_NONE) t_at[i] = tpuc_view_opaque_start(g, o->offset);
+        if (t_at[i] == IR_NONE)
+          t_at[i] = o_at[j] != IR_NONE ? o_at[j] : tpuc_view_opaque_start(g, o->offset);
         o_at[j] = t_at[i];
       }
   }
