@@ -121,3 +121,21 @@ def test_index_ops():
 def test_index_with_slices():
     x = torch.randn(5, 4)
     same(lambda u, j: u[:, j], x, torch.tensor([3, 0]))
+
+
+def test_linear_forward_puts_the_weight_on_the_left(tmp_path, monkeypatch):
+    """x @ W^T with fewer rows in x than in W (a linear layer's forward at small batch) is
+    computed as (W @ x^T)^T behind an optimization barrier: XLA CPU's dot was ~3x slower with
+    the weight on the right (csrc/core/lower/linalg.c). Same sums; checked against float64
+    with the CPU's own float32 error as the scale. Odd sizes: emitted (and dumped) here."""
+    from tpu_testing import assert_as_accurate
+
+    monkeypatch.setenv("TPUC_DUMP_DIR", str(tmp_path))
+    x, w, b = torch.randn(11, 37), torch.randn(103, 37), torch.randn(103)
+    for fn in (lambda x, w, b: x @ w.t(), lambda x, w, b: torch.nn.functional.linear(x, w, b)):
+        got = fn(x.to(DEV), w.to(DEV), b.to(DEV))
+        assert_as_accurate(got, fn(x, w, b), fn(x.double(), w.double(), b.double()))
+    texts = [p.read_text() for p in tmp_path.iterdir()]
+    dots = [t for t in texts if "stablehlo.dot_general" in t]
+    assert dots and all("stablehlo.optimization_barrier" in t for t in dots), texts
+    assert all("(tensor<103x37xf32>, tensor<11x37xf32>) -> tensor<103x11xf32>" in t for t in dots)

@@ -219,3 +219,56 @@ def test_strided_writes_are_not_scatters(name: str, tmp_path, monkeypatch) -> No
     assert texts, "no program was dumped"
     assert not any("stablehlo.scatter" in t for t in texts)
     assert any("stablehlo.dynamic_update_slice" in t for t in texts)
+
+
+# In-place ops on a contiguous slice of a bigger storage (FSDP2's gradients are views into one
+# flat buffer, torch.split's pieces, x[a:b].mul_()): the program reads the slice with a
+# dynamic_slice and writes it back with a dynamic_update_slice at one start that XLA cannot fold
+# (csrc/core/exec/view.h). With a static slice XLA CPU emitted a loop over the whole storage,
+# every element copied, per view: clip_grad_norm_'s _foreach_mul_ over qwen3 debugmodel's
+# gradient views took 51 ms a step (docs/torchtitan.md). Odd sizes keep these programs out of
+# the caches, so that they are emitted (and dumped) here.
+SLICE_UPDATES: dict[str, Callable[[torch.Tensor, torch.Tensor], None]] = {
+    "mul_": lambda s, o: s[501:598].mul_(3),
+    "add_alpha": lambda s, o: s[3:100].add_(o, alpha=2),
+    "view_2d": lambda s, o: s[200:297].view(97, 1).sub_(o.view(97, 1)),
+    "foreach_mul_": lambda s, o: torch._foreach_mul_(list(s[:1030].split([97, 400, 533])), 0.5),
+    "foreach_add_list": lambda s, o: torch._foreach_add_(list(s[:194].split(97)), [o, o]),
+}
+
+
+@pytest.mark.parametrize("name", list(SLICE_UPDATES))
+def test_inplace_on_a_slice_updates_it_in_place(name: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TPUC_DUMP_DIR", str(tmp_path))
+    a, o = torch.randn(1031), torch.randn(97)
+    x, ox = a.to("tpu"), o.to("tpu")
+    SLICE_UPDATES[name](x, ox)
+    SLICE_UPDATES[name](a, o)
+    assert_same(x, a)
+    writes = [t for t in (p.read_text() for p in tmp_path.iterdir())
+              if "stablehlo.dynamic_update_slice" in t]
+    assert writes, "no program writing a view was dumped"
+    for t in writes:  # the slice is read at the update's opaque start, never as a static slice
+        assert "stablehlo.dynamic_slice" in t and "stablehlo.replica_id" in t, t
+        assert '"stablehlo.slice"' not in t, t
+
+
+def test_resize_to_zero_and_back_needs_no_host_copy(native: bool) -> None:
+    """FSDP2 frees an unsharded parameter with storage().resize_(0) and grows it back before
+    the all-gather writes it. Those resizes keep nothing, so the storage just drops its buffer
+    and stays unwritten (reads as zeros) until written: before, each resize downloaded the old
+    bytes and uploaded a new buffer of zeros (a host round trip per parameter, twice a step),
+    so the regrown storage held a device buffer again."""
+    n = 4093
+    x = torch.randn(n, device="tpu")
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    s = x.untyped_storage()
+    s.resize_(0)
+    s.resize_(n * 4)
+    torch.tpu.synchronize()
+    assert s.nbytes() == n * 4
+    assert torch.tpu.memory_allocated() == before - n * 4  # old buffer freed, no new one yet
+    assert torch.equal(x.cpu(), torch.zeros(n))
+    x.add_(1)
+    assert torch.equal(x.cpu(), torch.ones(n))

@@ -17,7 +17,8 @@ Nesterov, ``maximize``.
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+import contextlib
+from typing import Iterator, Optional, Union
 
 import torch
 from torch import Tensor
@@ -105,6 +106,22 @@ def _sgd_math(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor],
 _CHUNK_BYTES = 64 << 20
 
 
+@contextlib.contextmanager
+def _one_program() -> Iterator[None]:
+    """In strict mode, the block runs as one fused program (leaving fused mode runs it),
+    as PyTorch's fused kernel is one pass: the math is ~15 foreach ops, and one program per op
+    read and wrote every list ~15 times (qwen3 debugmodel's AdamW step over 8.4M parameters:
+    ~3x the CPU kernel's time, docs/torchtitan.md). Other modes are kept: fused mode records
+    it anyway, debug mode waits per op by design, a compiled graph traces the functional op."""
+    from .eager import eager_mode, get_eager_mode
+
+    if get_eager_mode() != "strict":
+        yield
+        return
+    with eager_mode("fused"):
+        yield
+
+
 def _chunks(lists: tuple) -> list[tuple]:
     """``lists`` (parallel per-parameter lists; empty ones, e.g. max_exp_avg_sqs without
     amsgrad, stay empty) cut into runs of parameters of at most _CHUNK_BYTES (one parameter
@@ -133,11 +150,12 @@ def _pair(math, nlists: int, **fixed):
         # the copy) stay bounded by the chunk, not by the model. Over the whole list at once, a
         # 0.3B-parameter AdamW step peaked at ~10x the parameters' bytes.
         for part in _chunks(lists):
-            new = math(*part, **kw, **fixed)
-            for dst, src in zip(part[:nlists], new):
-                pairs = [(d, t) for d, t in zip(dst, src) if d is not t]
-                if pairs:
-                    torch._foreach_copy_([d for d, _ in pairs], [t for _, t in pairs])
+            with _one_program():
+                new = math(*part, **kw, **fixed)
+                for dst, src in zip(part[:nlists], new):
+                    pairs = [(d, t) for d, t in zip(dst, src) if d is not t]
+                    if pairs:
+                        torch._foreach_copy_([d for d, _ in pairs], [t for _, t in pairs])
 
     def functional(*lists, **kw) -> tuple:
         new = math(*lists, **kw, **fixed)

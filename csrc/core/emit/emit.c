@@ -384,6 +384,10 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
       sb_printf(b, "\"stablehlo.bitcast_convert\"");
       put_operands(b, g, n);
       break;
+    case N_BARRIER:
+      sb_printf(b, "\"stablehlo.optimization_barrier\"");
+      put_operands(b, g, n);
+      break;
     case N_RESHAPE:
       sb_printf(b, "\"stablehlo.reshape\"");
       put_operands(b, g, n);

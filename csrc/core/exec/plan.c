@@ -433,9 +433,23 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
   tv *svals = malloc((size_t)(na + 1) * sizeof *svals);
   ir_type *otypes = malloc((size_t)(no + 1) * sizeof *otypes);
   tv *results = malloc((size_t)(no + 1) * sizeof *results);
-  if (!tvals || !svals || !otypes || !results) {
+  tv *t_at = malloc((size_t)(nt + 1) * sizeof *t_at); /* view.h: in-place view updates */
+  tv *o_at = malloc((size_t)(no + 1) * sizeof *o_at);
+  if (!tvals || !svals || !otypes || !results || !t_at || !o_at) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
+  }
+  for (int i = 0; i < nt; i++) t_at[i] = IR_NONE;
+  for (int j = 0; j < no; j++) {
+    o_at[j] = IR_NONE;
+    const tpuc_tensor *o = &c->outputs[j];
+    if (oslot[j] < 0 || tpuc_view_covers_storage(o, o->storage->nbytes)) continue;
+    for (int i = 0; i < nt; i++) /* every read of the written region, at one start */
+      if (tslot[i] == oslot[j] && tpuc_view_same_region(&c->tensors[i], o)) {
+        if (t_at[i] == IR_NONE)
+          t_at[i] = o_at[j] != IR_NONE ? o_at[j] : tpuc_view_opaque_start(g, o->offset);
+        o_at[j] = t_at[i];
+      }
   }
   for (int i = 0; i < nt && !st; i++) {
     const tpuc_tensor *t = &c->tensors[i];
@@ -449,7 +463,7 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
       continue;
     }
     st = slot_value(bd, tslot[i], t->dtype, &base);
-    if (!st) st = tpuc_view_read(g, base, t, &tvals[i]);
+    if (!st) st = tpuc_view_read_at(g, base, t, t_at[i], &tvals[i]);
   }
   for (int i = 0; i < na && !st; i++) {
     svals[i] = IR_NONE;
@@ -499,7 +513,7 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
     } else {
       tv base;
       st = slot_value(bd, sl, o->dtype, &base);
-      if (!st) st = tpuc_view_write(g, base, o, results[i], &bd->val[sl]);
+      if (!st) st = tpuc_view_write_at(g, base, o, results[i], o_at[i], &bd->val[sl]);
     }
     bd->written[sl] = true;
   }
@@ -508,6 +522,8 @@ done:
   free(svals);
   free(otypes);
   free(results);
+  free(t_at);
+  free(o_at);
   return st;
 }
 

@@ -144,9 +144,24 @@ tpuc_status *tpuc_storage_resize(tpuc_storage *s, size_t nbytes) {
     pthread_mutex_unlock(&s->lock);
     return NULL;
   }
-  /* Through the host: resizing a written storage is rare (resize_ of a
-   * non-empty tensor, storage().resize_()). */
   size_t keep = nbytes < s->nbytes ? nbytes : s->nbytes;
+  if (keep == 0) {
+    /* Nothing to keep (to or from zero bytes: FSDP2 frees each unsharded
+     * parameter with storage().resize_(0) after use and grows it back before
+     * the all-gather writes it, twice per parameter per step): the storage
+     * becomes unwritten (it reads as zeros, as a fresh one), with no copy and
+     * no wait. */
+    tpuc_buffer_release(b);
+    pthread_mutex_lock(&s->lock);
+    tpuc_buffer *prev = s->buf;
+    s->buf = NULL;
+    s->nbytes = nbytes;
+    pthread_mutex_unlock(&s->lock);
+    tpuc_buffer_release(prev);
+    return NULL;
+  }
+  /* Through the host: resizing a written storage to another non-zero size is
+   * rare (resize_ of a non-empty tensor, storage().resize_()). */
   unsigned char *host = calloc(nbytes ? nbytes : 1, 1);
   unsigned char *old = malloc(s->nbytes ? s->nbytes : 1);
   tpuc_status *st = NULL;

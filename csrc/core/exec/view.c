@@ -9,7 +9,10 @@
  * a gather with computed indices for anything else. Writes use a
  * dynamic_update_slice: of the values for contiguous views, of the values
  * transposed into memory order for views of the same stride shape, and a
- * scatter with computed indices only for anything else. */
+ * scatter with computed indices only for anything else. An op that reads and
+ * writes the same contiguous view uses a dynamic_slice and a
+ * dynamic_update_slice at one start XLA cannot fold (tpuc_view_opaque_start),
+ * so that XLA updates the buffer in place (view.h says why). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,7 +218,24 @@ static tv restore(ir_graph *g, tv v, ir_type bt) {
   return ir_reshape(g, back, bt.ndim, bt.dims);
 }
 
+bool tpuc_view_same_region(const tpuc_tensor *a, const tpuc_tensor *b) {
+  if (a->storage != b->storage || a->dtype != b->dtype || a->offset != b->offset) return false;
+  if (!tpuc_view_is_contiguous(a) || !tpuc_view_is_contiguous(b)) return false;
+  return tpuc_view_numel(a) == tpuc_view_numel(b) && tpuc_view_numel(a) > 0;
+}
+
+tv tpuc_view_opaque_start(ir_graph *g, int64_t offset) {
+  ir_type u32 = ir_make_type(TPUC_U32, 0, NULL), s64 = ir_make_type(TPUC_S64, 0, NULL);
+  /* replica ids count devices: UINT32_MAX never is one, but XLA cannot know */
+  tv never = ir_compare(g, IR_EQ, ir_replica_id(g), ir_splat_i64(g, u32, UINT32_MAX));
+  return ir_select(g, never, ir_splat_i64(g, s64, 0), ir_splat_i64(g, s64, offset));
+}
+
 tpuc_status *tpuc_view_read(ir_graph *g, tv base, const tpuc_tensor *t, tv *out) {
+  return tpuc_view_read_at(g, base, t, IR_NONE, out);
+}
+
+tpuc_status *tpuc_view_read_at(ir_graph *g, tv base, const tpuc_tensor *t, tv at, tv *out) {
   *out = IR_NONE;
   tpuc_status *st = reinterpret(g, base, t->dtype, "reading", &base);
   if (st) return st;
@@ -231,6 +251,10 @@ tpuc_status *tpuc_view_read(ir_graph *g, tv base, const tpuc_tensor *t, tv *out)
     return NULL;
   }
   tv flat = flat_of(g, base);
+  if (tpuc_view_is_contiguous(t) && at != IR_NONE) {
+    *out = ir_reshape(g, ir_dynamic_slice(g, flat, &at, &n), t->ndim, t->sizes);
+    return NULL;
+  }
   if (tpuc_view_is_contiguous(t)) {
     int64_t start = t->offset, limit = t->offset + n;
     *out = ir_reshape(g, ir_slice(g, flat, &start, &limit, NULL), t->ndim, t->sizes);
@@ -289,6 +313,11 @@ static tv write_strided(ir_graph *g, tv flat, const tpuc_tensor *t, tv value) {
 }
 
 tpuc_status *tpuc_view_write(ir_graph *g, tv base, const tpuc_tensor *t, tv value, tv *out) {
+  return tpuc_view_write_at(g, base, t, value, IR_NONE, out);
+}
+
+tpuc_status *tpuc_view_write_at(ir_graph *g, tv base, const tpuc_tensor *t, tv value, tv at,
+                                tv *out) {
   *out = IR_NONE;
   ir_type orig = *ir_typeof(g, base);
   int64_t n = tpuc_view_numel(t);
@@ -302,7 +331,7 @@ tpuc_status *tpuc_view_write(ir_graph *g, tv base, const tpuc_tensor *t, tv valu
   tv upd = ir_reshape(g, value, 1, &n);
   tv r;
   if (tpuc_view_is_contiguous(t)) {
-    tv start = ir_splat_i64(g, ir_make_type(TPUC_S64, 0, NULL), t->offset);
+    tv start = at != IR_NONE ? at : ir_splat_i64(g, ir_make_type(TPUC_S64, 0, NULL), t->offset);
     r = ir_dynamic_update_slice(g, flat, upd, &start);
   } else if ((r = write_strided(g, flat, t, value)) == IR_NONE) {
     int64_t idx_dims[2] = {n, 1};

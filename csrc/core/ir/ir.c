@@ -159,6 +159,19 @@ bool ir_splat_value(const ir_graph *g, tv v, double *out) {
   return true;
 }
 
+tv ir_barrier(ir_graph *g, tv x) {
+  if (!valid(g, x)) return IR_NONE;
+  return add(g, N_BARRIER, 0, g->nodes[x].type, &x, 1, NULL, 0);
+}
+
+bool ir_transposed_2d(const ir_graph *g, tv v, tv *src) {
+  if (!valid(g, v)) return false;
+  const ir_node *n = &g->nodes[v];
+  if (n->kind != N_TRANSPOSE || n->type.ndim != 2) return false;
+  *src = n->ops[0];
+  return true;
+}
+
 tv ir_splat(ir_graph *g, ir_type t, double value) {
   tv v = add(g, N_SPLAT, 0, t, NULL, 0, NULL, 0);
   if (v != IR_NONE) g->nodes[v].f = value;

@@ -44,6 +44,12 @@ bool ir_is_unsigned(tpuc_dtype t);
 tv ir_param(ir_graph *g, ir_type t); /* parameters are numbered in creation order */
 /* True (and its value in *out) when v is a splat constant. */
 bool ir_splat_value(const ir_graph *g, tv v, double *out);
+/* x, unchanged, behind a stablehlo.optimization_barrier: XLA's algebraic
+ * simplifier does not rewrite across it (the CPU compiler removes barriers
+ * later, before fusion and copy insertion, so it orders nothing at run time). */
+tv ir_barrier(ir_graph *g, tv x);
+/* True (and the transposed value in *src) when v is the transpose of a rank-2 value. */
+bool ir_transposed_2d(const ir_graph *g, tv v, tv *src);
 /* A constant of type t with every element `value` (converted to t.dtype;
  * pred: value != 0). */
 tv ir_splat(ir_graph *g, ir_type t, double value);
