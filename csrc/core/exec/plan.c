@@ -553,6 +553,7 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   bd.s = s;
   bd.read = read;
   bd.g = ir_graph_create();
+  if (bd.g) ir_graph_set_xla_cpu(bd.g, rt->platform_name && !strcmp(rt->platform_name, "cpu"));
   bd.val = malloc((size_t)(s->n + 1) * sizeof *bd.val);
   bd.written = calloc((size_t)s->n + 1, sizeof *bd.written);
   bd.param = malloc((size_t)(s->n + 1) * sizeof *bd.param);

@@ -10,6 +10,10 @@
 
 ir_graph *ir_graph_create(void) { return calloc(1, sizeof(ir_graph)); }
 
+void ir_graph_set_xla_cpu(ir_graph *g, bool on) { g->xla_cpu = on; }
+
+bool ir_graph_xla_cpu(const ir_graph *g) { return g->xla_cpu; }
+
 void ir_graph_destroy(ir_graph *g) {
   if (!g) return;
   for (int i = 0; i < g->n; i++) {

@@ -28,6 +28,11 @@ typedef struct ir_graph ir_graph;
 
 ir_graph *ir_graph_create(void);
 void ir_graph_destroy(ir_graph *g);
+/* Whether the graph is lowered for XLA's CPU compiler (the "cpu" PJRT plugin):
+ * a lowering may then pick a form that compiler runs faster (linalg.c's mm).
+ * A runtime has one platform, so its programs' signatures need not say it. */
+void ir_graph_set_xla_cpu(ir_graph *g, bool on);
+bool ir_graph_xla_cpu(const ir_graph *g);
 /* The first error recorded, or NULL. */
 const char *ir_error(const ir_graph *g);
 void ir_fail(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -35,6 +35,7 @@ struct ir_graph {
   tv *outputs;
   int nout, outcap;
   int nparams;
+  bool xla_cpu; /* lowered for XLA's CPU compiler (ir_graph_set_xla_cpu) */
   char *error;
 };
 

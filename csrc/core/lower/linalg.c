@@ -23,11 +23,13 @@ static tv conj_of(ir_graph *g, tv x) {
  * 3.3), and a linear layer's forward is that case. XLA folds the operand's
  * transpose into the dot's dimension numbers; the barrier keeps its algebraic
  * simplifier from folding the result's transpose back into the slow form
- * (it rewrites transpose(dot(w, a)) as dot(a, w^T)). The transpose is M x N. */
+ * (it rewrites transpose(dot(w, a)) as dot(a, w^T)). The transpose is M x N.
+ * Only for XLA's CPU compiler: on a TPU or GPU the plain dot is the fast form
+ * and a barrier would keep the result from fusing with what uses it. */
 static tv mm_of(ir_graph *g, tv a, tv b) {
   tv w;
   ir_type ta = ir_type_of(g, a), tb = ir_type_of(g, b);
-  if (ta.ndim == 2 && tb.ndim == 2 && tb.dims[1] > ta.dims[0] && ir_transposed_2d(g, b, &w)) {
+  if (ir_graph_xla_cpu(g) && ta.ndim == 2 && tb.ndim == 2 && tb.dims[1] > ta.dims[0] && ir_transposed_2d(g, b, &w)) {
     int64_t c = 1, perm[2] = {1, 0};
     tpuc_dtype d = lo_dtype(g, b);
     tv wa = ir_dot_general(g, w, a, NULL, NULL, 0, &c, &c, 1, lx_compute_dtype(d));
