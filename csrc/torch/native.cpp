@@ -7,10 +7,6 @@
 #include "ops.h"
 
 #include <ATen/EmptyTensor.h>
-#include <ATen/ops/add_meta_dispatch.h>
-#include <ATen/ops/div_meta_dispatch.h>
-#include <ATen/ops/mul_meta_dispatch.h>
-#include <ATen/ops/sub_meta_dispatch.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <pybind11/pybind11.h>
@@ -191,53 +187,7 @@ void grouped_mm_meta(MetaState& ms) {
   ms.stack.push_back(at::Tensor(at::detail::empty_strided_meta(size, stride, out)));
 }
 
-// OpInfo::cpp_meta: PyTorch's C++ structured meta of the arithmetic ops the
-// boxed kernel takes whole, on the Meta stand-ins (CPU scalars stay: they
-// take part in type promotion as in the composite kernel).
-template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&, const at::Scalar&)>
-void meta_alpha(torch::jit::Stack& s) {
-  at::Tensor r = F(s[0].toTensor(), s[1].toTensor(), s[2].toScalar());
-  s.clear();
-  s.emplace_back(std::move(r));
-}
-template <at::Tensor& (*F)(at::Tensor&, const at::Tensor&, const at::Scalar&)>
-void meta_alpha_(torch::jit::Stack& s) {
-  at::Tensor self = s[0].toTensor();
-  F(self, s[1].toTensor(), s[2].toScalar());
-  s.clear();
-  s.emplace_back(std::move(self));
-}
-template <at::Tensor (*F)(const at::Tensor&, const at::Tensor&)>
-void meta_binary(torch::jit::Stack& s) {
-  at::Tensor r = F(s[0].toTensor(), s[1].toTensor());
-  s.clear();
-  s.emplace_back(std::move(r));
-}
-template <at::Tensor& (*F)(at::Tensor&, const at::Tensor&)>
-void meta_binary_(torch::jit::Stack& s) {
-  at::Tensor self = s[0].toTensor();
-  F(self, s[1].toTensor());
-  s.clear();
-  s.emplace_back(std::move(self));
-}
-
 }  // namespace
-
-void (*cpp_meta_for(const std::string& name))(torch::jit::Stack&) {
-  static const std::pair<const char*, void (*)(torch::jit::Stack&)> kMetas[] = {
-      {"aten::add.Tensor", &meta_alpha<&at::meta::add>},
-      {"aten::add_.Tensor", &meta_alpha_<&at::meta::add_>},
-      {"aten::sub.Tensor", &meta_alpha<&at::meta::sub>},
-      {"aten::sub_.Tensor", &meta_alpha_<&at::meta::sub_>},
-      {"aten::mul.Tensor", &meta_binary<&at::meta::mul>},
-      {"aten::mul_.Tensor", &meta_binary_<&at::meta::mul_>},
-      {"aten::div.Tensor", &meta_binary<&at::meta::div>},
-      {"aten::div_.Tensor", &meta_binary_<&at::meta::div_>},
-  };
-  for (const auto& [n, f] : kMetas)
-    if (name == n) return f;
-  return nullptr;
-}
 
 namespace {
 
