@@ -42,6 +42,18 @@ def check_steady_state(dev: list[dict]):
     assert {k for k, v in new.items() if v} <= ALLOWED_FALLBACKS, new
 
 
+def check_mode_steady_state(dev: list[dict], mode: str):
+    """check_steady_state, and for a fused or compiled run: no CPU fallback at all, nothing
+    loaded from the disk cache after step 2, and compiled: Dynamo made its graphs in step 1
+    and none after."""
+    check_steady_state(dev)
+    assert not any(dev[-1]["fallbacks"].values()), dev[-1]["fallbacks"]
+    assert dev[-1]["disk_hits"] == dev[1]["disk_hits"], dev
+    if mode == "compiled":
+        assert dev[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
+        assert [r["dynamo_graphs"] for r in dev] == [dev[0]["dynamo_graphs"]] * len(dev), dev
+
+
 # make test: every language recipe at one process (qwen3_moe: 2 of its 8 blocks, see
 # trainer_runs.CI_SIZES) and llama3 at FSDP=2; the long target adds the other FSDP=2 runs.
 CASES = [("llama3", 1), ("llama3", 2), ("qwen3", 1), ("qwen3_moe", 1)]

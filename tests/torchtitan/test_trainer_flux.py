@@ -25,7 +25,7 @@ import os
 import pytest
 import torch
 
-from test_trainer import EPS32, check_against_reference, check_steady_state
+from test_trainer import EPS32, check_against_reference, check_mode_steady_state, check_steady_state
 from trainer_runs import DTENSOR, NO_SAVE, RECIPES, Runner
 
 from tpuc.integrations.torchtitan import flux
@@ -169,12 +169,7 @@ def test_flux_compiled_and_fused_steps_match_cpu(flux_l1, mode, monkeypatch):
     dev = runner.run(1, *FLUX_ONE, "--tpuc.cpu_rng=1", *flags)
     assert len(dev) == 3
     check_against_reference(dev, cpu, ref)
-    check_steady_state(dev)
-    assert not any(dev[-1]["fallbacks"].values()), dev[-1]["fallbacks"]
-    assert dev[-1]["disk_hits"] == dev[1]["disk_hits"], dev
-    if mode == "compiled":
-        assert dev[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
-        assert [r["dynamo_graphs"] for r in dev] == [dev[0]["dynamo_graphs"]] * len(dev), dev
+    check_mode_steady_state(dev, mode)
     print(f"{mode} FLUX: tpu", [r["loss"] for r in dev], "f64", [r["loss"] for r in ref],
           "compiles", dev[-1]["compiles"], "dynamo graphs", dev[-1]["dynamo_graphs"])
 

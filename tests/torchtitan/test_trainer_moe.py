@@ -17,7 +17,7 @@ import shutil
 
 import pytest
 
-from test_trainer import check_against_reference, check_steady_state
+from test_trainer import check_against_reference, check_mode_steady_state, check_steady_state
 from trainer_runs import ONE, Runner
 
 LONG = os.environ.get("TPUC_TITAN_LONG") == "1"
@@ -78,13 +78,9 @@ def test_qwen3_moe_compiled_step_matches_cpu(root):
         runner.plan(1, *ONE, *NO_SAVE, device="cpu", subcommand=AC_NONE)])[1:]
     comp = runner.run(1, *ONE, *NO_SAVE, *COMPILED, subcommand=AC_NONE)
     check_against_reference(comp, cpu, ref, extra_rel=BF16_HALF_ULP)
-    check_steady_state(comp)
-    assert not any(comp[-1]["fallbacks"].values()), comp[-1]["fallbacks"]
-    assert comp[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
-    assert [r["dynamo_graphs"] for r in comp] == [comp[0]["dynamo_graphs"]] * len(comp), comp
     # programs first used in step 2 (zero_ / add.out per parameter shape, as eager's) may come
     # from the disk cache or be compiled; after step 2 neither happens
-    assert comp[-1]["disk_hits"] == comp[1]["disk_hits"], comp
+    check_mode_steady_state(comp, "compiled")
     print("compiled MoE: tpu", [r["loss"] for r in comp], "f64", [r["loss"] for r in ref],
           "compiles", comp[-1]["compiles"], "dynamo graphs", comp[-1]["dynamo_graphs"])
 
@@ -229,11 +225,6 @@ def test_qwen3_moe_ep4_fused_and_compiled_match_cpu(root_ep4, mode, monkeypatch)
                      *flags, subcommand=AC_NONE if ac == "none" else None)
     assert len(dev) == 4
     check_against_reference(dev, cpu, ref, extra_rel=BF16_HALF_ULP)
-    check_steady_state(dev)
-    assert not any(dev[-1]["fallbacks"].values()), dev[-1]["fallbacks"]
-    assert dev[-1]["disk_hits"] == dev[1]["disk_hits"], dev
-    if mode == "compiled":
-        assert dev[-1]["dynamo_graphs"] > 0, "nothing was compiled by Dynamo"
-        assert [r["dynamo_graphs"] for r in dev] == [dev[0]["dynamo_graphs"]] * len(dev), dev
+    check_mode_steady_state(dev, mode)
     print(f"EP=4 {mode}: tpu", [r["loss"] for r in dev], "f64", [r["loss"] for r in ref],
           "compiles per step", [r["compiles"] for r in dev], "dynamo graphs", dev[-1]["dynamo_graphs"])
