@@ -1,6 +1,6 @@
-"""The XLA options tpuc gives the XLA CPU plugin (python/tpuc/_xla_flags.py): added on
-a CPU with AVX-512 in front of the user's XLA_FLAGS, never over an option the user
-names, none with TPUC_XLA_DEFAULTS=off; checked in what XLA compiled (the vector width
+"""The XLA options tpuc gives the XLA CPU plugin (python/tpuc/_xla_flags.py): XNNPACK
+off on every CPU (issue 29), 512-bit vectors on a CPU with AVX-512, in front of the
+user's XLA_FLAGS, never over an option the user names, none with TPUC_XLA_DEFAULTS=off; checked in what XLA compiled (the vector width
 its generated kernels were built for, from its own dump) and in the disk cache (a
 program compiled under other options is compiled again, not loaded)."""
 from __future__ import annotations
@@ -15,23 +15,27 @@ import sys
 from tpuc import _xla_flags
 
 OPTION = "--xla_cpu_prefer_vector_width=512"
+XNN = "--xla_cpu_use_xnnpack=false"
 
 
-def test_added_on_the_cpu_plugin_with_avx512() -> None:
+def test_added_on_the_cpu_plugin() -> None:
     flags, why = _xla_flags.decide(True, None, {"avx2", "avx512f"})
-    assert flags == OPTION and why.startswith(OPTION)
+    assert flags == f"{XNN} {OPTION}" and why.startswith(f"{XNN} {OPTION}")
     flags, _ = _xla_flags.decide(True, "--xla_dump_to=/tmp/d", {"avx512f"}, "auto")
-    assert flags == f"{OPTION} --xla_dump_to=/tmp/d"  # the user's flags come after, as given
+    assert flags == f"{XNN} {OPTION} --xla_dump_to=/tmp/d"  # the user's flags come after
+    assert _xla_flags.decide(True, None, {"avx2"})[0] == XNN  # no AVX-512: XNNPACK off only
 
 
 def test_not_added_where_it_does_not_apply_or_the_user_decides() -> None:
     avx512 = {"avx512f"}
-    assert _xla_flags.decide(True, None, {"avx2"})[0] is None  # no AVX-512
     assert _xla_flags.decide(False, None, avx512)[0] is None  # libtpu, CUDA: not theirs
     for user in ("--xla_cpu_prefer_vector_width=256", "--xla_cpu_prefer_vector_width 128",
                  "--xla_dump_to=/d -xla_cpu_prefer_vector_width=256"):
         flags, why = _xla_flags.decide(True, user, avx512)
-        assert flags is None and "XLA_FLAGS sets them" in why, (user, why)
+        assert flags == XNN + " " + user, (user, flags)
+    both = "--xla_cpu_use_xnnpack=true --xla_cpu_prefer_vector_width=256"
+    flags, why = _xla_flags.decide(True, both, avx512)
+    assert flags is None and "XLA_FLAGS sets them" in why, why
     assert _xla_flags.decide(True, None, avx512, "off") == (
         None, "none added (TPUC_XLA_DEFAULTS=off)")
     assert _xla_flags.decide(True, None, avx512, "bogus")[0] is None
@@ -74,8 +78,6 @@ def test_the_compiler_gets_it_and_the_disk_cache_keeps_programs_apart(tmp_path) 
     # XLA's own default is 256; with AVX-512 tpuc asks for 512
     assert default == ({"512"} if avx512 else {"256"}), default
     assert user == {"256"}, user
-    # with AVX-512 the off process's options differ from the default's (no 512), so it
-    # compiles its own 256-wide programs; without, tpuc adds nothing in either process, their
-    # options are equal and the off process loads the default's programs from the shared
-    # cache: nothing compiled, nothing dumped
-    assert off == ({"256"} if avx512 else set()), off
+    # the off process's options differ from the default's (no XNNPACK option, no 512), so it
+    # compiles its own 256-wide programs instead of loading the default's from the shared cache
+    assert off == {"256"}, off

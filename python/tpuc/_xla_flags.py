@@ -1,26 +1,40 @@
 """XLA options tpuc gives the XLA CPU plugin, unless the user's XLA_FLAGS names them.
 
 XLA's plugins read their compiler options once, from the environment variable
-``XLA_FLAGS``. With the CPU plugin on a CPU that has AVX-512, tpuc puts
-``--xla_cpu_prefer_vector_width=512`` in front of the user's ``XLA_FLAGS`` when it
-registers (before the plugin compiles anything): XLA's default of 256-bit vectors for
-its generated (fused elementwise, reduction) kernels leaves half of each AVX-512
-register unused. Measured on an Intel Xeon with AVX-512 (docs/execution.md, "Where
-the Xeon's gap is"): the replayed 5M training step's programs take 0.94x the CPU time
-of the default's on one core (median of 7 runs each, alternating); the matmuls (oneDNN's kernels, chosen at run time) are
-unaffected.
+``XLA_FLAGS``. With the CPU plugin tpuc puts its options in front of the user's
+``XLA_FLAGS`` when it registers (before the plugin compiles anything):
 
-A user's ``XLA_FLAGS`` that names the option (any value) wins: nothing is added.
-``TPUC_XLA_DEFAULTS=off`` adds nothing. Another plugin (libtpu, CUDA) gets nothing.
-The disk compile cache keys programs by ``XLA_FLAGS`` (csrc/core/runtime/disk_cache.c),
-so a program compiled under other options is never loaded for these.
+- ``--xla_cpu_use_xnnpack=false``, on every CPU. **Correctness** (issue 29): XLA's CPU
+  runtime runs some matmuls through XNNPACK (on AMD Rome/Milan, f32 dots whose sizes a
+  small cost model picks, and bf16 dots on CPUs with AVX512-BF16), and when the dot's
+  right operand is a parameter of the program it packs that operand once and reuses
+  the packing on later runs while the parameter's *address* is unchanged
+  (xnn_fusion_thunk.cc, "Reuse XNN executable": the captured arguments are compared by
+  address, not content). tpuc updates buffers in place (donation: an optimizer's
+  ``param.add_`` writes the new weight into the old memory) and the host heap hands a
+  freed buffer's memory to the next one, so the same address holds new values: a
+  Linear layer's input gradient was computed from the weight before the update.
+  Without XNNPACK, XLA's own dot (Eigen) reads its operands on every run.
+- ``--xla_cpu_prefer_vector_width=512`` on a CPU that has AVX-512: XLA's default of
+  256-bit vectors for its generated (fused elementwise, reduction) kernels leaves half
+  of each AVX-512 register unused. Measured on an Intel Xeon with AVX-512
+  (docs/execution.md, "Where the Xeon's gap is"): the replayed 5M training step's
+  programs take 0.94x the CPU time of the default's on one core (median of 7 runs each,
+  alternating); the matmuls (oneDNN's kernels, chosen at run time) are unaffected.
+
+A user's ``XLA_FLAGS`` that names an option (any value) wins: that one is not added.
+``TPUC_XLA_DEFAULTS=off`` adds nothing (then the core guards every dot's right operand
+instead: csrc/core/lower/linalg.c). Another plugin (libtpu, CUDA) gets nothing. The
+disk compile cache keys programs by ``XLA_FLAGS`` (csrc/core/runtime/disk_cache.c), so
+a program compiled under other options is never loaded for these.
 """
 from __future__ import annotations
 
 import os
 
-# (option, value, the CPU feature flag it needs)
-_CPU_DEFAULTS: list[tuple[str, str, str]] = [
+# (option, value, the CPU feature flag it needs or None)
+_CPU_DEFAULTS: list[tuple[str, str, str | None]] = [
+    ("xla_cpu_use_xnnpack", "false", None),
     ("xla_cpu_prefer_vector_width", "512", "avx512f"),
 ]
 
@@ -61,15 +75,14 @@ def decide(plugin_is_cpu: bool, user: str | None, features: set[str],
     user = user or ""
     added, kept = [], False
     for option, value, needs in _CPU_DEFAULTS:
-        if needs not in features:
+        if needs is not None and needs not in features:
             continue
         if _named(user, option):
             kept = True
         else:
             added.append(f"--{option}={value}")
     if not added:
-        return None, "none added" + (" (XLA_FLAGS sets them)" if kept else
-                                      " (the CPU has no AVX-512)")
+        return None, "none added" + (" (XLA_FLAGS sets them)" if kept else "")
     return " ".join(added + ([user] if user else [])), " ".join(added) + " (TPUC_XLA_DEFAULTS=auto)"
 
 

@@ -384,6 +384,7 @@ typedef struct {
   param_src *params;
   int nparams, cap;
   tpuc_checks *checks; /* the run-time checks the lowerings add */
+  bool slice_inplace;  /* rt->slice_inplace: read and write a region at one opaque start */
 } builder;
 
 static tpuc_status *add_param(builder *bd, param_src p, ir_type t, tv *out) {
@@ -443,7 +444,8 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
   for (int j = 0; j < no; j++) {
     o_at[j] = IR_NONE;
     const tpuc_tensor *o = &c->outputs[j];
-    if (oslot[j] < 0 || tpuc_view_covers_storage(o, o->storage->nbytes)) continue;
+    if (!bd->slice_inplace || oslot[j] < 0 || tpuc_view_covers_storage(o, o->storage->nbytes))
+      continue;
     for (int i = 0; i < nt; i++) /* every read of the written region, at one start */
       if (tslot[i] == oslot[j] && tpuc_view_same_region(&c->tensors[i], o)) {
         if (t_at[i] == IR_NONE)
@@ -553,7 +555,12 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   bd.s = s;
   bd.read = read;
   bd.g = ir_graph_create();
-  if (bd.g) ir_graph_set_xla_cpu(bd.g, rt->platform_name && !strcmp(rt->platform_name, "cpu"));
+  bd.slice_inplace = rt->slice_inplace;
+  bool xla_cpu = rt->platform_name && !strcmp(rt->platform_name, "cpu");
+  if (bd.g) {
+    ir_graph_set_xla_cpu(bd.g, rt->dot_rewrite && xla_cpu);
+    ir_graph_set_guard_dot_rhs(bd.g, xla_cpu && rt->xnn_may_capture);
+  }
   bd.val = malloc((size_t)(s->n + 1) * sizeof *bd.val);
   bd.written = calloc((size_t)s->n + 1, sizeof *bd.written);
   bd.param = malloc((size_t)(s->n + 1) * sizeof *bd.param);
@@ -630,7 +637,8 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   free(e->params);
   free(e->result_slot);
   e->name = name;
-  e->scalars = calloc((size_t)bd.nparams + 1, sizeof *e->scalars); /* NULL: nothing kept */
+  e->scalars = rt->scalar_cache ? calloc((size_t)bd.nparams + 1, sizeof *e->scalars)
+                                 : NULL; /* NULL: nothing kept */
   e->nparams = bd.nparams;
   e->params = bd.params;
   bd.params = NULL;

@@ -14,6 +14,8 @@ void ir_graph_set_xla_cpu(ir_graph *g, bool on) { g->xla_cpu = on; }
 
 bool ir_graph_xla_cpu(const ir_graph *g) { return g->xla_cpu; }
 
+void ir_graph_set_guard_dot_rhs(ir_graph *g, bool on) { g->guard_dot_rhs = on; }
+
 void ir_graph_destroy(ir_graph *g) {
   if (!g) return;
   for (int i = 0; i < g->n; i++) {
@@ -521,10 +523,23 @@ tv ir_reduce_window(ir_graph *g, tv x, tv init, ir_reducer r, const int64_t *win
 }
 
 /* ---- linear algebra ---- */
+/* b as a value XLA cannot prove is b: select(replica_id == UINT32_MAX, 0, b); replica
+ * ids count devices, so the select always takes b (ir_graph_set_guard_dot_rhs). */
+static tv opaque_identity(ir_graph *g, tv b) {
+  ir_type u32 = ir_make_type(TPUC_U32, 0, NULL), tb = g->nodes[b].type;
+  tv never = ir_compare(g, IR_EQ, ir_replica_id(g), ir_splat_i64(g, u32, UINT32_MAX));
+  return ir_select(g, never, ir_splat(g, tb, 0.0), b);
+}
+
 tv ir_dot_general(ir_graph *g, tv a, tv b, const int64_t *a_batch, const int64_t *b_batch,
                   int nbatch, const int64_t *a_contract, const int64_t *b_contract, int ncontract,
                   tpuc_dtype out_dtype) {
   if (!valid(g, a) || !valid(g, b)) return IR_NONE;
+  if (g->guard_dot_rhs && ir_is_float(g->nodes[b].type.dtype) &&
+      !ir_is_complex(g->nodes[b].type.dtype)) {
+    b = opaque_identity(g, b);
+    if (!valid(g, b)) return IR_NONE;
+  }
   const ir_type *ta = &g->nodes[a].type, *tb = &g->nodes[b].type;
   if (ta->dtype != tb->dtype) {
     ir_fail(g, "IR dot_general: operand dtypes differ");

@@ -33,6 +33,14 @@ void ir_graph_destroy(ir_graph *g);
  * A runtime has one platform, so its programs' signatures need not say it. */
 void ir_graph_set_xla_cpu(ir_graph *g, bool on);
 bool ir_graph_xla_cpu(const ir_graph *g);
+/* With `on`, every floating-point dot_general's right operand passes through an
+ * identity XLA cannot see through (a select on replica_id), so that it is never a
+ * bare parameter of the program. XLA's CPU runtime, when it runs a dot through
+ * XNNPACK, packs a parameter right operand once and reuses the packing while the
+ * parameter's address is unchanged; tpuc rewrites buffers in place (donation) and
+ * reuses freed memory, so the same address holds new values (issue 29). Set by
+ * plan.c when XNNPACK may be on (XLA_FLAGS does not turn it off). */
+void ir_graph_set_guard_dot_rhs(ir_graph *g, bool on);
 /* The first error recorded, or NULL. */
 const char *ir_error(const ir_graph *g);
 void ir_fail(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -36,6 +36,7 @@ struct ir_graph {
   int nout, outcap;
   int nparams;
   bool xla_cpu; /* lowered for XLA's CPU compiler (ir_graph_set_xla_cpu) */
+  bool guard_dot_rhs; /* ir_graph_set_guard_dot_rhs */
   char *error;
 };
 

@@ -67,6 +67,12 @@ struct tpuc_runtime {
   char *platform_name;
   char *platform_version;
   atomic_bool donate; /* donate buffers to programs that alias them (TPUC_DONATE=0: never) */
+  /* the engine's rewrites, each on unless its variable is "0" (docs/execution.md, "Switches"):
+   * x @ W^T as (W @ x^T)^T on XLA CPU (TPUC_DOT_REWRITE), in-place slice updates at an opaque
+   * start (TPUC_SLICE_INPLACE), scalar argument buffers kept per plan (TPUC_SCALAR_CACHE) */
+  bool dot_rewrite, slice_inplace, scalar_cache;
+  /* XLA_FLAGS leaves XLA CPU's XNNPACK dots on: guard dot operands (ir_graph_set_guard_dot_rhs) */
+  bool xnn_may_capture;
   int64_t xla_version;
   int64_t shlo_current[3], shlo_minimum[3];
   int device_count;

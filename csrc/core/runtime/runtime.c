@@ -198,6 +198,39 @@ static int env_int(const char *name, int dflt) {
 static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
                                    const tpuc_process_options *process, tpuc_runtime **out);
 
+/* Whether XLA's CPU runtime may run dots through XNNPACK (which reuses its packing of a
+ * parameter operand while the address is unchanged, ir.h): yes unless XLA_FLAGS turns
+ * xla_cpu_use_xnnpack off (python/tpuc/_xla_flags.py does, unless the user names it). The
+ * last occurrence wins, as in XLA's own parser. */
+static bool xnn_may_capture(void) {
+  const char *f = getenv("XLA_FLAGS");
+  static const char name[] = "xla_cpu_use_xnnpack";
+  bool on = true;
+  while (f && *f) {
+    while (*f == ' ' || *f == '\t' || *f == '\n') f++;
+    const char *w = f;
+    while (*f && *f != ' ' && *f != '\t' && *f != '\n') f++;
+    while (w < f && *w == '-') w++;
+    size_t n = sizeof name - 1;
+    if ((size_t)(f - w) >= n && !strncmp(w, name, n)) {
+      const char *v = w + n;
+      if (v == f) on = true;
+      else if (*v == '=') {
+        v++;
+        size_t len = (size_t)(f - v);
+        on = !((len == 5 && !strncmp(v, "false", 5)) || (len == 1 && *v == '0'));
+      }
+    }
+  }
+  return on;
+}
+
+/* A switch of the engine: on unless the variable is "0". */
+static bool switch_on(const char *name) {
+  const char *v = getenv(name);
+  return !(v && !strcmp(v, "0"));
+}
+
 tpuc_status *tpuc_runtime_create(const tpuc_runtime_options *opts, tpuc_runtime **out) {
   return runtime_create(opts, NULL, out);
 }
@@ -266,6 +299,10 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   read_attributes(rt);
   const char *dn = getenv("TPUC_DONATE");
   atomic_init(&rt->donate, !(dn && !strcmp(dn, "0")));
+  rt->dot_rewrite = switch_on("TPUC_DOT_REWRITE");
+  rt->slice_inplace = switch_on("TPUC_SLICE_INPLACE");
+  rt->scalar_cache = switch_on("TPUC_SCALAR_CACHE");
+  rt->xnn_may_capture = xnn_may_capture();
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   *out = rt;
   return NULL;

@@ -1,0 +1,89 @@
+"""The differential tester: random programs on "tpu" in every mode against the CPU.
+
+    python -m tests.difftest --seconds 300                 # make difftest (DIFFTEST_SECONDS)
+    python -m tests.difftest --seed 7 --count 1            # one program, by its seed
+    python -m tests.difftest --replay finding.json         # a saved (shrunk) finding
+    TPUC_DOT_REWRITE=0 python -m tests.difftest ...        # the same with a rewrite turned off
+
+Program i of a run with --seed S is generated from seed S + i, so a finding's seed
+replays it. A finding is shrunk (tests/difftest/run.py: shrink) and written, with its
+program, to --out (JSON lines) for a regression test (tests/difftest/findings/).
+docs/testing.md describes what is generated and the bound.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+
+import torch
+
+import tpuc  # noqa: F401  (registers "tpu")
+
+from . import gen, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.difftest")
+    ap.add_argument("--seed", type=int, default=0, help="first program's seed")
+    ap.add_argument("--count", type=int, default=None, help="programs to run (default: until --seconds)")
+    ap.add_argument("--seconds", type=float, default=60.0, help="time budget")
+    ap.add_argument("--modes", default=",".join(run.MODES), help="strict,fused,compiled")
+    ap.add_argument("--kind", choices=["train", "ops"], default=None)
+    ap.add_argument("--replay", default=None, help="a JSON file of one program")
+    ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--out", default=None, help="append findings here (JSON lines)")
+    a = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    modes = tuple(m for m in a.modes.split(",") if m)
+    if a.replay:
+        with open(a.replay) as f:
+            prog = json.load(f)
+        found = run.check(prog, modes)
+        for fd in found or []:
+            print(fd.summary())
+        print("skipped: the CPU rejects it" if found is None else f"{len(found)} finding(s)")
+        return 1 if found else 0
+    t0 = time.monotonic()
+    n = ran = skipped = 0
+    findings: list[run.Finding] = []
+    while True:
+        if a.count is not None and n >= a.count:
+            break
+        if a.count is None and time.monotonic() - t0 > a.seconds:
+            break
+        seed = a.seed + n
+        n += 1
+        prog = gen.program(seed, a.kind)
+        found = run.check(prog, modes)
+        if found is None:
+            skipped += 1
+            continue
+        ran += 1
+        for fd in found:
+            if not a.no_shrink and fd.what == "mismatch":
+                small = run.shrink(prog, fd.mode)
+                again = [f for f in run.check(small, (fd.mode,)) or []]
+                if again:
+                    fd = again[0]
+            findings.append(fd)
+            print(f"seed {seed}: {fd.summary()}\n  program: {json.dumps(fd.prog)}", flush=True)
+            if a.out:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps({"seed": seed, "mode": fd.mode, "what": fd.what,
+                                        "name": fd.name, "detail": fd.detail,
+                                        "program": fd.prog}) + "\n")
+        if n % 10 == 0:
+            print(f"[{time.monotonic() - t0:6.0f} s] {n} programs, {ran} ran, {skipped} skipped, "
+                  f"{len(findings)} finding(s)", file=sys.stderr, flush=True)
+    print(f"difftest: seeds {a.seed}..{a.seed + n - 1}: {ran} programs ran in modes {modes}, "
+          f"{skipped} skipped (the CPU rejects them), {len(findings)} finding(s), "
+          f"{time.monotonic() - t0:.0f} s")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(torch.get_num_threads())
+    sys.exit(main())
