@@ -121,7 +121,7 @@ bool alpha_arg(const at::Scalar& s, tpuc_arg* a) {
 bool fast_binary(const ArithOp& a, const at::Tensor& self, const at::Tensor& other,
                  const at::Scalar* alpha, bool inplace, at::Tensor* result) {
   OpInfo& info = *a.info;
-  if (!info.native || !native_enabled()) return false;
+  if (!info.native || !native_enabled() || !unboxed_enabled()) return false;
   if (!self.defined() || !other.defined() || !self.is_privateuseone()) return false;
   const bool other_host = !other.is_privateuseone();
   // a host tensor of several elements: the boxed kernel raises the device error

@@ -71,7 +71,7 @@ using BinaryFn_ = at::Tensor& (*)(at::Tensor&, const at::Tensor&);
 template <AlphaFn Tpu, class Op>
 at::Tensor alpha(c10::DispatchKeySet ks, const at::Tensor& self, const at::Tensor& other,
                  const at::Scalar& alpha) {
-  if (autograd_has_nothing_to_do(ks, self, other)) {
+  if (unboxed_enabled() && autograd_has_nothing_to_do(ks, self, other)) {
     at::AutoDispatchBelowADInplaceOrView below;
     return Tpu(self, other, alpha);
   }
@@ -81,7 +81,7 @@ at::Tensor alpha(c10::DispatchKeySet ks, const at::Tensor& self, const at::Tenso
 template <AlphaFn_ Tpu, class Op>
 at::Tensor& alpha_(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& other,
                    const at::Scalar& alpha) {
-  if (autograd_has_nothing_to_do(ks, self, other)) {
+  if (unboxed_enabled() && autograd_has_nothing_to_do(ks, self, other)) {
     {
       at::AutoDispatchBelowADInplaceOrView below;
       Tpu(self, other, alpha);
@@ -94,7 +94,7 @@ at::Tensor& alpha_(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& o
 
 template <BinaryFn Tpu, class Op>
 at::Tensor binary(c10::DispatchKeySet ks, const at::Tensor& self, const at::Tensor& other) {
-  if (autograd_has_nothing_to_do(ks, self, other)) {
+  if (unboxed_enabled() && autograd_has_nothing_to_do(ks, self, other)) {
     at::AutoDispatchBelowADInplaceOrView below;
     return Tpu(self, other);
   }
@@ -103,7 +103,7 @@ at::Tensor binary(c10::DispatchKeySet ks, const at::Tensor& self, const at::Tens
 
 template <BinaryFn_ Tpu, class Op>
 at::Tensor& binary_(c10::DispatchKeySet ks, at::Tensor& self, const at::Tensor& other) {
-  if (autograd_has_nothing_to_do(ks, self, other)) {
+  if (unboxed_enabled() && autograd_has_nothing_to_do(ks, self, other)) {
     {
       at::AutoDispatchBelowADInplaceOrView below;
       Tpu(self, other);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <string>
 #include <cstring>
 #include <mutex>
 
@@ -127,6 +128,13 @@ void check_device(c10::DeviceIndex index) {
 bool launch_blocking() noexcept { return g_launch_blocking.load(std::memory_order_relaxed); }
 void set_launch_blocking(bool on) noexcept { g_launch_blocking.store(on); }
 bool native_enabled() noexcept { return g_native.load(std::memory_order_relaxed); }
+bool unboxed_enabled() noexcept {
+  static const bool on = [] {
+    const char* v = std::getenv("TPUC_UNBOXED");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
 void set_native_enabled(bool on) noexcept { g_native.store(on); }
 
 c10::DeviceIndex current_device() noexcept { return t_current_device; }

@@ -49,6 +49,9 @@ void set_launch_blocking(bool on) noexcept;
 // TPUC_NATIVE=0 runs every op through the CPU fallback (to tell a lowering's
 // bug from a glue bug); on by default.
 bool native_enabled() noexcept;
+// The unboxed arithmetic kernels (arith.cpp, arith_autograd.cpp); TPUC_UNBOXED=0 turns them off
+// (every call takes PyTorch's autograd kernel and the boxed path), docs/execution.md "Switches".
+bool unboxed_enabled() noexcept;
 void set_native_enabled(bool on) noexcept;
 
 // ---- status ------------------------------------------------------------------

@@ -18,6 +18,7 @@ Nesterov, ``maximize``.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Iterator, Optional, Union
 
 import torch
@@ -115,8 +116,8 @@ def _one_program() -> Iterator[None]:
     it anyway, debug mode waits per op by design, a compiled graph traces the functional op."""
     from .eager import eager_mode, get_eager_mode
 
-    if get_eager_mode() != "strict":
-        yield
+    if get_eager_mode() != "strict" or os.environ.get("TPUC_FUSED_OPTIM") == "0":
+        yield  # TPUC_FUSED_OPTIM=0: one program per op (docs/execution.md, "Switches")
         return
     with eager_mode("fused"):
         yield
