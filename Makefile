@@ -8,6 +8,8 @@
 # make test-py      pytest only
 # make demo         train the example Llama-style model on "tpu"
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
+# make difftest     the differential tester for DIFFTEST_SECONDS (default 3600), every mode, then
+#                   again with every engine rewrite off (docs/testing.md); findings -> build/difftest
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
 # make titan-setup  torchtitan 0.3.0 (+ triton, datasets<4.8) into .venv, torch kept at 2.13.0
@@ -24,7 +26,7 @@ PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
-.PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post
+.PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -135,6 +137,20 @@ bench: $(STAMP) $(VENV)/.deps-titan
 
 bench-check:
 	$(PY) -m bench.check
+
+# The differential tester (docs/testing.md): random programs on "tpu" in strict, fused and
+# compiled mode against float64 on the CPU; the second half with every rewrite switched off.
+DIFFTEST_SECONDS ?= 3600
+DIFFTEST_SEED ?= 1
+DIFFTEST_OFF := TPUC_DOT_REWRITE=0 TPUC_SLICE_INPLACE=0 TPUC_SCALAR_CACHE=0 TPUC_UNBOXED=0 \
+  TPUC_FUSED_OPTIM=0 TPUC_DONATE=0 TPUC_FUSED_REPLAY=0 TPUC_GRAPH_REPLAY=record
+difftest: $(STAMP)
+	mkdir -p build/difftest
+	$(PY) -m tests.difftest --seed $(DIFFTEST_SEED) --seconds $$(( $(DIFFTEST_SECONDS) * 3 / 4 )) \
+	  --out build/difftest/findings.jsonl; a=$$?; \
+	$(DIFFTEST_OFF) $(PY) -m tests.difftest --seed $$(( $(DIFFTEST_SEED) + 1000000 )) \
+	  --seconds $$(( $(DIFFTEST_SECONDS) / 4 )) --out build/difftest/findings-off.jsonl; \
+	b=$$?; exit $$(( a | b ))
 
 # OpInfo conformance sweep: every entry x {f32,bf16,f16,f64,i64,i32,bool}, 2 worker processes,
 # the compile cache on disk as usual (TPUC_CACHE_DIR); CONFORMANCE_ARGS="--ops add,mul --samples 2".

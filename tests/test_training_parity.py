@@ -39,17 +39,27 @@ def test_checker_catches_a_lost_inplace_update() -> None:
     stale["steps"][1] = [a for a in stale["steps"][1] if a != "param_add"]
     dev = run.run(stale, "tpu", torch.float32)
     bad = run.compare(dev, cpu, ref, run.largest(prog, ref))
-    assert bad is not None and bad[0].startswith("s2."), bad
+    assert bad is not None and bad[0].startswith("s1."), bad  # steps 0 and 0's update agree
     assert run.compare(run.run(prog, "tpu", torch.float32), cpu, ref, run.largest(prog, ref)) is None
 
 
-def test_difftest_slice() -> None:
+# Every rewrite and fast path of the engine off at once (docs/execution.md, "Switches").
+SWITCHES_OFF = {"TPUC_DOT_REWRITE": "0", "TPUC_SLICE_INPLACE": "0", "TPUC_SCALAR_CACHE": "0",
+                "TPUC_UNBOXED": "0", "TPUC_FUSED_OPTIM": "0", "TPUC_DONATE": "0",
+                "TPUC_FUSED_REPLAY": "0", "TPUC_GRAPH_REPLAY": "record"}
+
+
+@pytest.mark.parametrize("switches", ["on", "off"])
+def test_difftest_slice(switches: str) -> None:
     """The differential tester's CI slice: random programs from fixed seeds for a bounded
-    time (make difftest runs the long budget). A finding prints its program."""
-    seconds = os.environ.get("TPUC_DIFFTEST_SECONDS", "100")
-    r = subprocess.run([sys.executable, "-m", "tests.difftest", "--seed", "20291", "--seconds",
+    time (make difftest runs the long budget), with the engine's rewrites on (the default)
+    and all off. A finding prints its program."""
+    seconds = os.environ.get("TPUC_DIFFTEST_SECONDS", "90" if switches == "on" else "40")
+    env = dict(os.environ, **(SWITCHES_OFF if switches == "off" else {}))
+    seed = "20291" if switches == "on" else "40291"
+    r = subprocess.run([sys.executable, "-m", "tests.difftest", "--seed", seed, "--seconds",
                         seconds, "--no-shrink"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=float(seconds) + 240)
+                       timeout=float(seconds) + 240, env=env)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "programs ran" in r.stdout and " 0 programs ran" not in r.stdout, r.stdout
 
