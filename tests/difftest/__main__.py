@@ -6,7 +6,11 @@
     TPUC_DOT_REWRITE=0 python -m tests.difftest ...        # the same with a rewrite turned off
 
 Program i of a run with --seed S is generated from seed S + i, so a finding's seed
-replays it. A finding is shrunk (tests/difftest/run.py: shrink) and written, with its
+replays it. The programs run in worker processes of --per-process programs each: one
+process compiles thousands of programs, and on the XLA CPU plugin every compiled
+program keeps memory mappings for its code until the process ends (tpuc caches every
+executable); past the kernel's vm.max_map_count (65530 by default) XLA's compiler
+fails with "LLVM compilation error: Cannot allocate memory" (docs/testing.md). A finding is shrunk (tests/difftest/run.py: shrink) and written, with its
 program, to --out (JSON lines) for a regression test (tests/difftest/findings/).
 docs/testing.md describes what is generated and the bound.
 """
@@ -35,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay", default=None, help="a JSON file of one program")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--out", default=None, help="append findings here (JSON lines)")
+    ap.add_argument("--per-process", type=int, default=25,
+                    help="programs per worker process (0: all in this process)")
     a = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     modes = tuple(m for m in a.modes.split(",") if m)
@@ -46,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             print(fd.summary())
         print("skipped: the CPU rejects it" if found is None else f"{len(found)} finding(s)")
         return 1 if found else 0
+    if a.per_process > 0 and (a.count is None or a.count > a.per_process):
+        return _supervise(a, argv if argv is not None else sys.argv[1:])
     t0 = time.monotonic()
     n = ran = skipped = 0
     findings: list[run.Finding] = []
@@ -81,7 +89,67 @@ def main(argv: list[str] | None = None) -> int:
     print(f"difftest: seeds {a.seed}..{a.seed + n - 1}: {ran} programs ran in modes {modes}, "
           f"{skipped} skipped (the CPU rejects them), {len(findings)} finding(s), "
           f"{time.monotonic() - t0:.0f} s")
+    print("SUMMARY " + json.dumps({"n": n, "ran": ran, "skipped": skipped,
+                                   "findings": len(findings)}), flush=True)
     return 1 if findings else 0
+
+
+def _drop(args: list[str], flag: str, has_value: bool = True) -> list[str]:
+    out, skip = [], False
+    for x in args:
+        if skip:
+            skip = False
+            continue
+        if x == flag:
+            skip = has_value
+            continue
+        if x.startswith(flag + "="):
+            continue
+        out.append(x)
+    return out
+
+
+def _supervise(a: argparse.Namespace, argv: list[str]) -> int:
+    """Runs the programs in worker processes of a.per_process programs each."""
+    import subprocess
+
+    base = argv
+    for flag in ("--seed", "--count", "--seconds", "--per-process"):
+        base = _drop(base, flag)
+    t0 = time.monotonic()
+    seed, total = a.seed, {"n": 0, "ran": 0, "skipped": 0, "findings": 0}
+    while True:
+        left = a.count - total["n"] if a.count is not None else a.per_process
+        spent = time.monotonic() - t0
+        if left <= 0 or (a.count is None and spent > a.seconds):
+            break
+        count = min(left, a.per_process)
+        cmd = [sys.executable, "-m", "tests.difftest", *base, "--seed", str(seed), "--count",
+               str(count), "--per-process", "0"]
+        if a.count is None:  # the worker stops at the budget too
+            cmd += ["--seconds", str(max(1.0, a.seconds - spent))]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        lines = r.stdout.splitlines()
+        for line in lines:
+            if not line.startswith(("SUMMARY ", "difftest: ")):
+                print(line, flush=True)
+        got = [json.loads(x[8:]) for x in lines if x.startswith("SUMMARY ")]
+        if not got:  # the worker died: a finding of its own
+            print(f"seeds {seed}..{seed + count - 1}: the worker process ended with "
+                  f"{r.returncode} before its summary", flush=True)
+            total["findings"] += 1
+            total["n"] += count
+        else:
+            for k in total:
+                total[k] += got[0][k]
+        seed = a.seed + total["n"]
+        print(f"[{time.monotonic() - t0:6.0f} s] {total['n']} programs, {total['ran']} ran, "
+              f"{total['skipped']} skipped, {total['findings']} finding(s)", file=sys.stderr,
+              flush=True)
+    print(f"difftest: seeds {a.seed}..{a.seed + total['n'] - 1}: {total['ran']} programs ran "
+          f"in modes ({a.modes}), {total['skipped']} skipped (the CPU rejects them), "
+          f"{total['findings']} finding(s), {time.monotonic() - t0:.0f} s")
+    return 1 if total["findings"] else 0
 
 
 if __name__ == "__main__":

@@ -185,7 +185,8 @@ def _ops_line(r: random.Random, vs: _Vars) -> str | None:
             return f"{c} = {a}.clone(); {c}[{lo}:].mul_(2.0)"
         if choice == 2 and n > 1:
             return f"{c} = {a}.clone(); {c}[:, 1:].sub_({a}[:, :-1])"
-        return f"{c} = torch.empty_like({a}); torch.mul({a}, 3.0, out={c})"
+        # out= takes no autograd: the operand is detached (the value is still compared)
+        return f"{c} = torch.empty_like({a}); torch.mul({a}.detach(), 3.0, out={c})"
     if k < 0.92:  # reductions
         if len(sa) >= 1 and r.random() < 0.6:
             d = r.randrange(len(sa))

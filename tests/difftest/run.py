@@ -226,7 +226,7 @@ def body_source(prog: Program) -> str:
 def run_ops(prog: Program, device: str, dtype: torch.dtype, mode: str) -> Obs:
     obs: Obs = {}
     g = torch.Generator().manual_seed(prog["seed"])
-    leaves = [torch.randn(*shape, generator=g, dtype=torch.float64).to(device, dtype)
+    leaves = [torch.randn(tuple(shape), generator=g, dtype=torch.float64).to(device, dtype)
               .requires_grad_(True) for _, shape in prog["leaves"]]
     ns: dict[str, Any] = {"torch": torch}
     exec(body_source(prog), ns)
