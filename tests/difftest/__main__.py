@@ -32,8 +32,9 @@ from . import gen, run
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.difftest")
     ap.add_argument("--seed", type=int, default=0, help="first program's seed")
-    ap.add_argument("--count", type=int, default=None, help="programs to run (default: until --seconds)")
-    ap.add_argument("--seconds", type=float, default=60.0, help="time budget")
+    ap.add_argument("--count", type=int, default=None, help="programs to run (at most)")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="time budget (default: 60 s without --count, none with it)")
     ap.add_argument("--modes", default=",".join(run.MODES), help="strict,fused,compiled")
     ap.add_argument("--kind", choices=["train", "ops"], default=None)
     ap.add_argument("--replay", default=None, help="a JSON file of one program")
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="programs per worker process (0: all in this process)")
     a = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
+    if a.seconds is None:
+        a.seconds = 60.0 if a.count is None else float("inf")
     modes = tuple(m for m in a.modes.split(",") if m)
     if a.replay:
         with open(a.replay) as f:
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         if a.count is not None and n >= a.count:
             break
-        if a.count is None and time.monotonic() - t0 > a.seconds:
+        if time.monotonic() - t0 > a.seconds:
             break
         seed = a.seed + n
         n += 1
@@ -121,12 +124,12 @@ def _supervise(a: argparse.Namespace, argv: list[str]) -> int:
     while True:
         left = a.count - total["n"] if a.count is not None else a.per_process
         spent = time.monotonic() - t0
-        if left <= 0 or (a.count is None and spent > a.seconds):
+        if left <= 0 or spent > a.seconds:
             break
         count = min(left, a.per_process)
         cmd = [sys.executable, "-m", "tests.difftest", *base, "--seed", str(seed), "--count",
                str(count), "--per-process", "0"]
-        if a.count is None:  # the worker stops at the budget too
+        if a.seconds != float("inf"):  # the worker stops at the budget too
             cmd += ["--seconds", str(max(1.0, a.seconds - spent))]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         lines = r.stdout.splitlines()

@@ -436,7 +436,9 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
   tv *results = malloc((size_t)(no + 1) * sizeof *results);
   tv *t_at = malloc((size_t)(nt + 1) * sizeof *t_at); /* view.h: in-place view updates */
   tv *o_at = malloc((size_t)(no + 1) * sizeof *o_at);
-  if (!tvals || !svals || !otypes || !results || !t_at || !o_at) {
+  tv *t_at_reads = malloc((size_t)(nt + 1) * sizeof *t_at_reads); /* reads at a shared start */
+  int n_at_reads = 0;
+  if (!tvals || !svals || !otypes || !results || !t_at || !o_at || !t_at_reads) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
@@ -466,6 +468,7 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
     }
     st = slot_value(bd, tslot[i], t->dtype, &base);
     if (!st) st = tpuc_view_read_at(g, base, t, t_at[i], &tvals[i]);
+    if (!st && t_at[i] != IR_NONE) t_at_reads[n_at_reads++] = tvals[i];
   }
   for (int i = 0; i < na && !st; i++) {
     svals[i] = IR_NONE;
@@ -515,6 +518,13 @@ static tpuc_status *build_call(builder *bd, const tpuc_op_call *c, const int *ts
     } else {
       tv base;
       st = slot_value(bd, sl, o->dtype, &base);
+      /* The new elements computed from the storage's own value, read elsewhere than at this
+       * call's shared start: XLA CPU may update the buffer in place inside a fused loop that
+       * still reads it at other positions (a graph's slice_scatter(x, f(x[:-1]), start=1)
+       * read values it had just written, 2026-12-04, tests/difftest/findings/). The write then
+       * goes into a copy XLA cannot see through. */
+      if (!st && ir_depends_on(g, results[i], ir_source(g, bd->val[sl]), t_at_reads, n_at_reads))
+        base = ir_opaque_identity(g, base);
       if (!st) st = tpuc_view_write_at(g, base, o, results[i], o_at[i], &bd->val[sl]);
     }
     bd->written[sl] = true;
@@ -526,6 +536,7 @@ done:
   free(results);
   free(t_at);
   free(o_at);
+  free(t_at_reads);
   return st;
 }
 

@@ -523,12 +523,57 @@ tv ir_reduce_window(ir_graph *g, tv x, tv init, ir_reducer r, const int64_t *win
 }
 
 /* ---- linear algebra ---- */
-/* b as a value XLA cannot prove is b: select(replica_id == UINT32_MAX, 0, b); replica
- * ids count devices, so the select always takes b (ir_graph_set_guard_dot_rhs). */
-static tv opaque_identity(ir_graph *g, tv b) {
+/* Replica ids count devices, so the select always takes b. */
+tv ir_opaque_identity(ir_graph *g, tv b) {
+  if (!valid(g, b)) return IR_NONE;
   ir_type u32 = ir_make_type(TPUC_U32, 0, NULL), tb = g->nodes[b].type;
   tv never = ir_compare(g, IR_EQ, ir_replica_id(g), ir_splat_i64(g, u32, UINT32_MAX));
-  return ir_select(g, never, ir_splat(g, tb, 0.0), b);
+  return ir_select(g, never, ir_splat_i64(g, tb, 0), b);
+}
+
+tv ir_source(const ir_graph *g, tv v) {
+  while (valid(g, v)) {
+    const ir_node *x = &g->nodes[v];
+    if (x->nops != 1 || (x->kind != N_RESHAPE && x->kind != N_BITCAST && x->kind != N_CONVERT &&
+                         x->kind != N_TRANSPOSE))
+      break;
+    v = x->ops[0];
+  }
+  return v;
+}
+
+/* Nodes only refer to earlier nodes, so the search stops below `on`. */
+bool ir_depends_on(const ir_graph *g, tv v, tv on, const tv *stop, int nstop) {
+  if (!valid(g, v) || !valid(g, on) || v < on) return false;
+  if (v == on) return true;
+  int span = v - on + 1;
+  unsigned char *seen = calloc((size_t)span, 1);
+  tv *todo = malloc((size_t)span * sizeof *todo);
+  bool found = false;
+  int n = 0;
+  if (!seen || !todo) { /* out of memory: answer yes, the safe side for the caller */
+    free(seen);
+    free(todo);
+    return true;
+  }
+  todo[n++] = v;
+  seen[v - on] = 1;
+  while (n > 0 && !found) {
+    const ir_node *x = &g->nodes[todo[--n]];
+    for (int k = 0; k < x->nops && !found; k++) {
+      tv o = x->ops[k];
+      if (o < on || seen[o - on]) continue;
+      seen[o - on] = 1;
+      bool stopped = false;
+      for (int s = 0; s < nstop && !stopped; s++) stopped = stop[s] == o;
+      if (stopped) continue;
+      if (o == on) found = true;
+      else todo[n++] = o;
+    }
+  }
+  free(seen);
+  free(todo);
+  return found;
 }
 
 tv ir_dot_general(ir_graph *g, tv a, tv b, const int64_t *a_batch, const int64_t *b_batch,
@@ -537,7 +582,7 @@ tv ir_dot_general(ir_graph *g, tv a, tv b, const int64_t *a_batch, const int64_t
   if (!valid(g, a) || !valid(g, b)) return IR_NONE;
   if (g->guard_dot_rhs && ir_is_float(g->nodes[b].type.dtype) &&
       !ir_is_complex(g->nodes[b].type.dtype)) {
-    b = opaque_identity(g, b);
+    b = ir_opaque_identity(g, b);
     if (!valid(g, b)) return IR_NONE;
   }
   const ir_type *ta = &g->nodes[a].type, *tb = &g->nodes[b].type;

@@ -41,6 +41,14 @@ bool ir_graph_xla_cpu(const ir_graph *g);
  * reuses freed memory, so the same address holds new values (issue 29). Set by
  * plan.c when XNNPACK may be on (XLA_FLAGS does not turn it off). */
 void ir_graph_set_guard_dot_rhs(ir_graph *g, bool on);
+/* b through an identity XLA cannot see through: select(replica_id == UINT32_MAX, 0, b).
+ * The result is a new value (a new buffer) that always equals b. */
+tv ir_opaque_identity(ir_graph *g, tv b);
+/* Whether v is computed from `on` (transitively), not counting paths through the
+ * nodes in stop[0..nstop). */
+bool ir_depends_on(const ir_graph *g, tv v, tv on, const tv *stop, int nstop);
+/* The value v is a reshape, bitcast, convert or transpose of (followed to the end). */
+tv ir_source(const ir_graph *g, tv v);
 /* The first error recorded, or NULL. */
 const char *ir_error(const ir_graph *g);
 void ir_fail(ir_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
