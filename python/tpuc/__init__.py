@@ -1,8 +1,10 @@
 """tpuc: PyTorch on TPUs (and any PJRT plugin) with a native core in C.
 
 ``import torch`` loads tpuc through the ``torch.backends`` entry point
-(``_autoload``); ``import tpuc`` does the same. Either way the device "tpu"
-exists afterwards: ``torch.randn(4, 4, device="tpu")``, ``torch.tpu``.
+(``tpuc_entry.torch_autoload``) unless another accelerator (CUDA, XPU, MPS) is
+available and nobody asked for "tpu" (python/tpuc_entry says why); ``import tpuc``
+always registers. Afterwards the device "tpu" exists:
+``torch.randn(4, 4, device="tpu")``, ``torch.tpu``.
 Neither import ever fails because of tpuc: problems become a warning and
 ``torch.tpu.is_available()`` says False.
 """
@@ -69,6 +71,7 @@ def _register() -> None:
 
     if os.environ.get("TPUC_EAGER"):
         eager.apply_environment()
+    _warn_beside_another_accelerator()
     try:
         dynamo.register()  # torch.compile(backend="tpu")
         from . import compile_default
@@ -82,6 +85,26 @@ def _register() -> None:
         distributed.register()  # c10d backend "tpu_dist" for the device "tpu"
     except Exception as e:  # torch.distributed unusable: single-device use is unaffected
         warnings.warn(f"tpuc: c10d backend 'tpu_dist' not registered: {e}", RuntimeWarning)
+
+
+def _warn_beside_another_accelerator() -> None:
+    """Registering "tpu" makes it PyTorch's accelerator (python/tpuc_entry says why): say so
+    once where CUDA (or XPU, MPS) is available too, since CUDA code in this process changes."""
+    try:
+        from tpuc_entry import other_accelerators
+
+        found = other_accelerators()
+    except Exception:  # noqa: BLE001
+        return
+    if found:
+        warnings.warn(
+            f"tpuc: the device 'tpu' is registered while {' and '.join(found)} is available: "
+            f"PyTorch now reports 'tpu' as torch.accelerator in this process, and autograd's "
+            f"stream bookkeeping for {found[0]} tensors follows it (a backward on {found[0]} can "
+            "fail with an 'opt_ready_stream' assertion). Keep tpu and "
+            f"{found[0]} work in separate processes; without `import tpuc`, TPUC_ENABLE or "
+            "TPUC_PLATFORM, `import torch` leaves 'tpu' unregistered on this machine "
+            "(docs/install.md).", RuntimeWarning, stacklevel=3)
 
 
 def _autoload() -> None:

