@@ -564,6 +564,12 @@ bool ir_depends_on(const ir_graph *g, tv v, tv on, const tv *stop, int nstop) {
       tv o = x->ops[k];
       if (o < on || seen[o - on]) continue;
       seen[o - on] = 1;
+      int kind = g->nodes[o].kind;
+      if (o != on && (kind == N_REDUCE || kind == N_ARGREDUCE || kind == N_REDUCE_WINDOW ||
+                      kind == N_DOT || kind == N_CONV || kind == N_SORT ||
+                      kind == N_ALL_REDUCE || kind == N_ALL_GATHER ||
+                      kind == N_REDUCE_SCATTER || kind == N_ALL_TO_ALL))
+        continue;
       bool stopped = false;
       for (int s = 0; s < nstop && !stopped; s++) stopped = stop[s] == o;
       if (stopped) continue;

@@ -44,8 +44,9 @@ void ir_graph_set_guard_dot_rhs(ir_graph *g, bool on);
 /* b through an identity XLA cannot see through: select(replica_id == UINT32_MAX, 0, b).
  * The result is a new value (a new buffer) that always equals b. */
 tv ir_opaque_identity(ir_graph *g, tv b);
-/* Whether v is computed from `on` (transitively), not counting paths through the
- * nodes in stop[0..nstop). */
+/* Whether v is computed from `on` elementwise-fusably: transitively, not counting paths
+ * through the nodes in stop[0..nstop) nor through reductions, dots, convolutions, sorts
+ * and collectives (XLA computes those into buffers of their own before a consumer). */
 bool ir_depends_on(const ir_graph *g, tv v, tv on, const tv *stop, int nstop);
 /* The value v is a reshape, bitcast, convert or transpose of (followed to the end). */
 tv ir_source(const ir_graph *g, tv v);
