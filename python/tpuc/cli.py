@@ -35,8 +35,9 @@ def _info(as_json: bool) -> int:
     try:  # what `import torch` does with tpuc on this machine (python/tpuc_entry)
         import tpuc_entry
 
-        report["autoload"] = ("registers 'tpu' (%s)" if tpuc_entry.decide()[0] else
-                              "leaves 'tpu' unregistered (%s)") % tpuc_entry.decide()[1]
+        wanted, why = tpuc_entry.decide()
+        report["autoload"] = ("registers 'tpu' (%s)" if wanted else
+                              "leaves 'tpu' unregistered (%s)") % why
     except Exception as e:  # noqa: BLE001
         report["autoload"] = f"unknown ({type(e).__name__}: {e})"
     from .distributed._topology import choose_transport

@@ -105,6 +105,8 @@ def _sgd_math(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor],
 
 
 _CHUNK_BYTES = 64 << 20
+# TPUC_FUSED_OPTIM=0: one program per op instead (docs/execution.md, "Switches"); read at start
+_ONE_PROGRAM = os.environ.get("TPUC_FUSED_OPTIM") != "0"
 
 
 @contextlib.contextmanager
@@ -116,8 +118,8 @@ def _one_program() -> Iterator[None]:
     it anyway, debug mode waits per op by design, a compiled graph traces the functional op."""
     from .eager import eager_mode, get_eager_mode
 
-    if get_eager_mode() != "strict" or os.environ.get("TPUC_FUSED_OPTIM") == "0":
-        yield  # TPUC_FUSED_OPTIM=0: one program per op (docs/execution.md, "Switches")
+    if get_eager_mode() != "strict" or not _ONE_PROGRAM:
+        yield
         return
     with eager_mode("fused"):
         yield

@@ -22,8 +22,6 @@ import sys
 import time
 import warnings
 
-import torch
-
 import tpuc  # noqa: F401  (registers "tpu")
 
 from . import gen, run
@@ -156,5 +154,4 @@ def _supervise(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(torch.get_num_threads())
     sys.exit(main())

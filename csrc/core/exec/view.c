@@ -225,10 +225,7 @@ bool tpuc_view_same_region(const tpuc_tensor *a, const tpuc_tensor *b) {
 }
 
 tv tpuc_view_opaque_start(ir_graph *g, int64_t offset) {
-  ir_type u32 = ir_make_type(TPUC_U32, 0, NULL), s64 = ir_make_type(TPUC_S64, 0, NULL);
-  /* replica ids count devices: UINT32_MAX never is one, but XLA cannot know */
-  tv never = ir_compare(g, IR_EQ, ir_replica_id(g), ir_splat_i64(g, u32, UINT32_MAX));
-  return ir_select(g, never, ir_splat_i64(g, s64, 0), ir_splat_i64(g, s64, offset));
+  return ir_opaque_identity(g, ir_splat_i64(g, ir_make_type(TPUC_S64, 0, NULL), offset));
 }
 
 tpuc_status *tpuc_view_read(ir_graph *g, tv base, const tpuc_tensor *t, tv *out) {

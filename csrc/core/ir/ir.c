@@ -586,8 +586,7 @@ tv ir_dot_general(ir_graph *g, tv a, tv b, const int64_t *a_batch, const int64_t
                   int nbatch, const int64_t *a_contract, const int64_t *b_contract, int ncontract,
                   tpuc_dtype out_dtype) {
   if (!valid(g, a) || !valid(g, b)) return IR_NONE;
-  if (g->guard_dot_rhs && ir_is_float(g->nodes[b].type.dtype) &&
-      !ir_is_complex(g->nodes[b].type.dtype)) {
+  if (g->guard_dot_rhs && ir_is_float(g->nodes[b].type.dtype)) {
     b = ir_opaque_identity(g, b);
     if (!valid(g, b)) return IR_NONE;
   }

@@ -297,8 +297,7 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
     return s;
   }
   read_attributes(rt);
-  const char *dn = getenv("TPUC_DONATE");
-  atomic_init(&rt->donate, !(dn && !strcmp(dn, "0")));
+  atomic_init(&rt->donate, switch_on("TPUC_DONATE"));
   rt->dot_rewrite = switch_on("TPUC_DOT_REWRITE");
   rt->slice_inplace = switch_on("TPUC_SLICE_INPLACE");
   rt->scalar_cache = switch_on("TPUC_SCALAR_CACHE");
