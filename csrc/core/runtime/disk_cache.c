@@ -4,7 +4,8 @@
  * compiled.
  *
  * A file is named by the SHA-256 of (program text, compile options, platform
- * name and version, PJRT API version, $XLA_FLAGS) and holds a header (magic, that key,
+ * name and version, PJRT API version, the plugin's XLA version, the device
+ * kind, $XLA_FLAGS) and holds a header (magic, that key,
  * payload length, payload checksum) followed by the plugin's serialized
  * executable. Writes go to a temporary file that is renamed into place, so
  * readers in other processes see a whole file or none. A file that fails any
@@ -88,6 +89,13 @@ void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const v
   tpuc_sha256_update(&s, rt->platform_version, strlen(rt->platform_version) + 1);
   int v[2] = {rt->plugin.api_major, rt->plugin.api_minor};
   tpuc_sha256_update(&s, v, sizeof v);
+  /* the plugin's XLA build and the device kind: an executable for one GPU
+   * model (or TPU generation) is not one for another, and a shared cache
+   * directory may serve hosts of several kinds */
+  int64_t xla = rt->xla_version;
+  tpuc_sha256_update(&s, &xla, sizeof xla);
+  const char *kind = rt->device_count > 0 && rt->devices[0].kind ? rt->devices[0].kind : "";
+  tpuc_sha256_update(&s, kind, strlen(kind) + 1);
   /* XLA's plugins read their debug options from XLA_FLAGS: programs compiled
    * under other flags are other programs */
   const char *flags = getenv("XLA_FLAGS");

@@ -41,6 +41,26 @@ tpuc_status *tpuc_plugin_missing(const tpuc_plugin *p, const char *what);
 
 typedef pj_error *(*pj_generic_fn)(void *args);
 
+/* ---- client_options.c ---- */
+typedef enum { TPUC_PLUGIN_CPU, TPUC_PLUGIN_TPU, TPUC_PLUGIN_GPU, TPUC_PLUGIN_OTHER } tpuc_plugin_kind;
+
+/* The kind of a plugin, from its file name (xla_cpu, libtpu, xla_cuda/rocm). */
+tpuc_plugin_kind tpuc_plugin_kind_of(const char *path);
+
+/* The create options for one client. `v` points into the struct itself (the
+ * allocator's name): fill it in place, do not copy it. */
+typedef struct {
+  pj_named_value v[6];
+  size_t n;
+  char names[96]; /* the option names, comma-separated */
+  char allocator[16];
+} tpuc_client_options;
+
+/* Chooses the options for a plugin of `kind` (docs: client_options.c's top
+ * comment); an invalid TPUC_GPU_* variable is an error naming it. */
+tpuc_status *tpuc_client_options_make(tpuc_plugin_kind kind, int cpu_devices, int process_id,
+                                      int num_processes, tpuc_client_options *out);
+
 /* ---- runtime.c ---- */
 #define TPUC_INFLIGHT 256
 
@@ -129,7 +149,7 @@ struct tpuc_runtime {
   tpuc_kv_store kv;
   bool has_kv;
   int process_id, num_processes;
-  char create_options[64]; /* the option names sent, comma-separated */
+  char create_options[96]; /* the option names sent, comma-separated */
 };
 
 /* ---- events.c ---- */

@@ -16,12 +16,6 @@ static char *dup_n(const char *s, size_t n) {
   return r;
 }
 
-static bool is_cpu_plugin(const char *path) {
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  return strstr(base, "cpu") != NULL;
-}
-
 static void read_attributes(tpuc_runtime *rt) {
   rt->xla_version = -1;
   for (int i = 0; i < 3; i++) rt->shlo_current[i] = rt->shlo_minimum[i] = -1;
@@ -48,49 +42,18 @@ static void read_attributes(tpuc_runtime *rt) {
   }
 }
 
-static bool is_tpu_plugin(const char *path) {
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  return strstr(base, "tpu") != NULL;
-}
-
-static void int_option(pj_named_value *o, const char *name, int64_t v) {
-  memset(o, 0, sizeof *o);
-  o->struct_size = PJ_SIZE(pj_named_value, value_size);
-  o->name = name;
-  o->name_size = strlen(name);
-  o->type = PJ_NV_INT64;
-  o->int64_value = v;
-  o->value_size = 1;
-}
-
-/* The create options for this plugin (see tpuc_runtime_create_multiprocess);
- * their names go to rt->create_options. */
-static size_t make_options(tpuc_runtime *rt, int cpu_devices, pj_named_value opt[2]) {
-  size_t n = 0;
-  if (is_cpu_plugin(rt->plugin.path)) {
-    int_option(&opt[n++], "cpu_device_count", cpu_devices);
-  } else if (rt->num_processes > 1 && !is_tpu_plugin(rt->plugin.path)) {
-    int_option(&opt[n++], "node_id", rt->process_id);
-    int_option(&opt[n++], "num_nodes", rt->num_processes);
-  }
-  rt->create_options[0] = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t len = strlen(rt->create_options);
-    snprintf(rt->create_options + len, sizeof rt->create_options - len, "%s%s", i ? "," : "",
-             opt[i].name);
-  }
-  return n;
-}
-
 static tpuc_status *create_client(tpuc_runtime *rt, int cpu_devices) {
   PJ_FN(&rt->plugin, PJ_SLOT_CLIENT_CREATE, pj_client_create_args, create);
-  pj_named_value opt[2];
-  size_t nopt = make_options(rt, cpu_devices, opt);
+  tpuc_client_options opt;
+  tpuc_status *os = tpuc_client_options_make(tpuc_plugin_kind_of(rt->plugin.path), cpu_devices,
+                                             rt->process_id, rt->num_processes, &opt);
+  if (os) return os;
+  size_t nopt = opt.n;
+  snprintf(rt->create_options, sizeof rt->create_options, "%s", opt.names);
 
   pj_client_create_args a = {0};
   a.struct_size = PJ_SIZE(pj_client_create_args, kv_try_get_user_arg);
-  a.create_options = nopt ? opt : NULL;
+  a.create_options = nopt ? opt.v : NULL;
   a.num_options = nopt;
   if (rt->has_kv) tpuc_kv_bridge_attach(&rt->kv, &a);
   pj_error *err = create(&a);

@@ -488,6 +488,64 @@ static void test_second_runtime(void) {
   tpuc_runtime_destroy(r);
 }
 
+/* The create options by plugin kind (client_options.c): a GPU plugin is told
+ * not to preallocate unless TPUC_GPU_PREALLOCATE=1; bad values are errors. */
+static const pj_named_value *option(const tpuc_client_options *o, const char *name) {
+  for (size_t i = 0; i < o->n; i++)
+    if (!strcmp(o->v[i].name, name) && o->v[i].name_size == strlen(name)) return &o->v[i];
+  return NULL;
+}
+
+static void test_client_options(void) {
+  CHECK(tpuc_plugin_kind_of("/x/xla_cpu_plugin.so") == TPUC_PLUGIN_CPU);
+  CHECK(tpuc_plugin_kind_of("/x/xla_cuda13/xla_cuda_plugin.so") == TPUC_PLUGIN_GPU);
+  CHECK(tpuc_plugin_kind_of("/x/libtpu.so") == TPUC_PLUGIN_TPU);
+  CHECK(tpuc_plugin_kind_of("/x/pjrt_plugin_metal.so") == TPUC_PLUGIN_OTHER);
+  unsetenv("TPUC_GPU_PREALLOCATE");
+  unsetenv("TPUC_GPU_MEMORY_FRACTION");
+  unsetenv("TPUC_GPU_ALLOCATOR");
+  tpuc_client_options o;
+  CHECK_OK(tpuc_client_options_make(TPUC_PLUGIN_CPU, 2, 0, 1, &o));
+  CHECK(o.n == 1 && option(&o, "cpu_device_count") && option(&o, "cpu_device_count")->int64_value == 2);
+  CHECK(!strcmp(o.names, "cpu_device_count"));
+  CHECK_OK(tpuc_client_options_make(TPUC_PLUGIN_GPU, 1, 0, 1, &o));
+  const pj_named_value *v = option(&o, "preallocate");
+  CHECK(v && v->type == PJ_NV_BOOL && !v->bool_value);
+  v = option(&o, "memory_fraction");
+  CHECK(v && v->type == PJ_NV_FLOAT && v->float_value > 0.89f && v->float_value < 0.91f);
+  CHECK(!option(&o, "allocator") && !option(&o, "node_id"));
+  CHECK_OK(tpuc_client_options_make(TPUC_PLUGIN_GPU, 1, 1, 2, &o));
+  CHECK(option(&o, "node_id") && option(&o, "node_id")->int64_value == 1);
+  CHECK(option(&o, "num_nodes") && option(&o, "num_nodes")->int64_value == 2);
+  CHECK_OK(tpuc_client_options_make(TPUC_PLUGIN_TPU, 1, 1, 2, &o));
+  CHECK(o.n == 0 && !o.names[0]);
+  setenv("TPUC_GPU_PREALLOCATE", "1", 1);
+  setenv("TPUC_GPU_MEMORY_FRACTION", "0.5", 1);
+  setenv("TPUC_GPU_ALLOCATOR", "platform", 1);
+  CHECK_OK(tpuc_client_options_make(TPUC_PLUGIN_GPU, 1, 0, 1, &o));
+  CHECK(option(&o, "preallocate") && option(&o, "preallocate")->bool_value);
+  CHECK(option(&o, "memory_fraction") && option(&o, "memory_fraction")->float_value == 0.5f);
+  v = option(&o, "allocator");
+  CHECK(v && v->type == PJ_NV_STRING && v->value_size == 8 && !strncmp(v->string_value, "platform", 8));
+  const char *bad[][2] = {{"TPUC_GPU_PREALLOCATE", "yes"}, {"TPUC_GPU_MEMORY_FRACTION", "1.5"},
+                          {"TPUC_GPU_MEMORY_FRACTION", "0.5x"}, {"TPUC_GPU_ALLOCATOR", "magic"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    unsetenv("TPUC_GPU_PREALLOCATE");
+    unsetenv("TPUC_GPU_MEMORY_FRACTION");
+    unsetenv("TPUC_GPU_ALLOCATOR");
+    setenv(bad[i][0], bad[i][1], 1);
+    tpuc_status *s = tpuc_client_options_make(TPUC_PLUGIN_GPU, 1, 0, 1, &o);
+    CHECK(s && tpuc_status_code(s) == TPUC_ERR_INVALID_ARGUMENT &&
+          strstr(tpuc_status_message(s), bad[i][0]));
+    tpuc_status_destroy(s);
+    /* the CPU plugin ignores the GPU variables */
+    CHECK_OK(tpuc_client_options_make(TPUC_PLUGIN_CPU, 1, 0, 1, &o));
+  }
+  unsetenv("TPUC_GPU_PREALLOCATE");
+  unsetenv("TPUC_GPU_MEMORY_FRACTION");
+  unsetenv("TPUC_GPU_ALLOCATOR");
+}
+
 int main(void) {
   if (!getenv("TPUC_PJRT_PLUGIN")) {
     printf("TPUC_PJRT_PLUGIN is not set: point it at a PJRT plugin (make test-c does)\n");
@@ -517,6 +575,7 @@ int main(void) {
   RUN(test_accounting_returns_to_zero);
   RUN(test_bad_plugin_path);
   RUN(test_second_runtime);
+  RUN(test_client_options);
   tpuc_runtime_destroy(rt);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
   return g_h.failed ? 1 : 0;
