@@ -1,4 +1,5 @@
-"""The ``tpuc`` command line: ``tpuc info [--json]``, ``tpuc doctor -- python train.py``."""
+"""The ``tpuc`` command line: ``tpuc info [--json]``, ``tpuc doctor -- python train.py``,
+``tpuc cache info|warm|export|import|clear`` (cache_cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -86,12 +87,18 @@ def main(argv: list[str] | None = None) -> int:
         from . import doctor
 
         return doctor.main(args_in[1:])
+    if args_in[:1] == ["cache"]:  # its own parser too (warm takes a program after "--")
+        from . import cache_cli
+
+        return cache_cli.main(args_in[1:])
     parser = argparse.ArgumentParser(prog="tpuc", description="PyTorch on TPUs with a C core")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="show the device, plugin and versions in use")
     info.add_argument("--json", action="store_true", help="print as JSON")
     sub.add_parser("doctor", help="run a program instrumented and report what to change "
                    "(tpuc doctor -- python train.py ...)")
+    sub.add_parser("cache", help="the disk cache of compiled programs: info, warm -- CMD, "
+                   "export FILE, import FILE, clear")
     args = parser.parse_args(argv)
     if args.command == "info":
         return _info(args.json)
