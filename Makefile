@@ -8,6 +8,7 @@
 # make test-c-asan  the same under AddressSanitizer + UndefinedBehaviorSanitizer
 # make test-py      pytest only
 # make demo         train the example Llama-style model on "tpu"
+# make docs         the docs site (MkDocs, mkdocs.yml) -> build/site/; a broken link or anchor fails it
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
 # make difftest     the differential tester for DIFFTEST_SECONDS (default 3600), every mode, then
 #                   again with every engine rewrite off (docs/testing.md); findings -> build/difftest
@@ -176,6 +177,16 @@ soak: $(STAMP)
 
 fuzz: $(STAMP)
 	$(PY) -m tests.reliability.fuzz --seconds 1800 $(FUZZ_ARGS)
+
+# The docs site: MkDocs only (no torch needed), --strict so that a link to a missing page or
+# anchor fails the build (CI runs it after make test).
+$(VENV)/.deps-docs:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q mkdocs==1.6.1
+	touch $@
+
+docs: $(VENV)/.deps-docs
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 clean:
 	rm -rf build dist $(STAMP)
