@@ -13,7 +13,8 @@ table this script prints (between the LAYERS_BEGIN/LAYERS_END markers).
                                               defined in a module it may not use
   python3 tools/check_layers.py --write-doc   rewrites the table in the doc
   python3 tools/check_layers.py --cycles      lists file-level include cycles
-                                              inside each module (information)
+                                              inside each module, and with --objects
+                                              call cycles (information, not checked)
 
 Exit status 1 names each violation as file:line and the rule it breaks.
 Standard library only (the --objects pass runs binutils' nm).
@@ -193,10 +194,11 @@ def nm(obj):
     return defined, undefined
 
 
-def check_objects(objdir, rules):
+def check_objects(objdir, rules, calls):
     """Cross-module calls in the object files of csrc/core/<module>/*.c.o under
     objdir: a call into a module the caller may not use is an error, unless it
-    is in KNOWN_UPCALLS. Returns (errors, notes)."""
+    is in KNOWN_UPCALLS. Fills `calls` ({file: files of its module it calls}).
+    Returns (errors, notes)."""
     objs = {}
     for d, _, files in os.walk(objdir):
         for f in files:
@@ -222,6 +224,8 @@ def check_objects(objdir, rules):
             if s not in defs:
                 continue
             dmod, dsrc = defs[s]
+            if dmod == mod:
+                calls.setdefault(f"{mod}/{src}", set()).add(f"{dmod}/{dsrc}")
             if dmod in rules[mod]:
                 continue
             if (mod, dmod, s) in KNOWN_UPCALLS:
@@ -238,13 +242,17 @@ def check_objects(objdir, rules):
     return errors, notes
 
 
-def include_cycles(edges):
-    """File-level include cycles within each module (strongly connected
-    components of more than one file)."""
+def include_graph(edges):
+    """{file: files of its own module it includes}."""
     graph = {}
     for rel, _, dst, _ in edges:
         if dst and module_of(rel) == module_of(dst):
             graph.setdefault(rel, set()).add(dst)
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
 
     def visit(v):
@@ -292,13 +300,15 @@ def main():
         return 0
     edges, sizes = scan()
     errors = check_includes(edges, rules) + check_sizes(sizes) + check_doc()
-    notes = []
+    notes, calls = [], {}
     if a.objects:
-        e, notes = check_objects(a.objects, rules)
+        e, notes = check_objects(a.objects, rules, calls)
         errors += e
     if a.cycles:
-        for comp in include_cycles(edges):
+        for comp in cycles(include_graph(edges)):
             print("include cycle: " + " <-> ".join(comp))
+        for comp in cycles(calls):
+            print("call cycle (files calling each other, directly or around): " + ", ".join(comp))
     for n in notes:
         print("check_layers: " + n)
     for e in errors:
