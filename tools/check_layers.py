@@ -183,7 +183,10 @@ def write_doc():
 
 
 def nm(obj):
-    out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+    try:
+        out = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+    except FileNotFoundError:
+        sys.exit("check_layers: --objects needs binutils' nm on PATH")
     defined, undefined = set(), set()
     for line in out.splitlines():
         p = line.split()
