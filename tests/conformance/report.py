@@ -50,8 +50,9 @@ def unexplained(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _md(text: str) -> str:
-    """Text for a markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for a markdown table cell (a shape followed by a layout, `[5, 5](sparse_csr)`,
+    would read as a link)."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("](", "\\](")
 
 
 def _cell(e: dict[str, Any] | None) -> str:

@@ -125,53 +125,6 @@ static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
 }
 
 /* ---- the chunk's signatures ---- */
-/* Records that `sig` is at position `pos`; returns its previous position in
- * the chunk, or -1. */
-static int seen_put(pending *pd, uint64_t sig, int pos) {
-  if (sig == 0) sig = 1;
-  if (2 * (pd->seen_n + 1) > pd->seen_cap) {
-    int cap = pd->seen_cap ? pd->seen_cap * 2 : 1024;
-    uint64_t *ns = calloc((size_t)cap, sizeof *ns);
-    int *np = malloc((size_t)cap * sizeof *np);
-    if (!ns || !np) {
-      free(ns);
-      free(np);
-      return -1;
-    }
-    for (int i = 0; i < pd->seen_cap; i++)
-      if (pd->seen[i])
-        for (int j = (int)(pd->seen[i] % (uint64_t)cap);; j = (j + 1) % cap)
-          if (!ns[j]) {
-            ns[j] = pd->seen[i];
-            np[j] = pd->seen_pos[i];
-            break;
-          }
-    free(pd->seen);
-    free(pd->seen_pos);
-    pd->seen = ns;
-    pd->seen_pos = np;
-    pd->seen_cap = cap;
-  }
-  for (int j = (int)(sig % (uint64_t)pd->seen_cap);; j = (j + 1) % pd->seen_cap) {
-    if (pd->seen[j] == sig) {
-      int prev = pd->seen_pos[j];
-      pd->seen_pos[j] = pos;
-      return prev;
-    }
-    if (!pd->seen[j]) {
-      pd->seen[j] = sig;
-      pd->seen_pos[j] = pos;
-      pd->seen_n++;
-      return -1;
-    }
-  }
-}
-
-static void seen_clear(pending *pd) {
-  if (pd->seen) memset(pd->seen, 0, (size_t)pd->seen_cap * sizeof *pd->seen);
-  pd->seen_n = 0;
-}
-
 /* True when the P ops before position n repeat the P ops before them. */
 static bool whole_period_repeats(const pending *pd, int n, int p) {
   int period = n - p;
@@ -179,11 +132,6 @@ static bool whole_period_repeats(const pending *pd, int n, int p) {
   for (int i = 0; i < period; i++)
     if (pd->recs[p - period + i].sig != pd->recs[p + i].sig) return false;
   return true;
-}
-
-void fused_seen_rebuild(pending *pd) {
-  seen_clear(pd);
-  for (int i = 0; i < pd->n; i++) seen_put(pd, pd->recs[i].sig, i);
 }
 
 /* ---- flushing ---- */
@@ -283,7 +231,7 @@ done:
   }
   pd->n = 0;
   pd->chunk_has_graph = false;
-  seen_clear(pd);
+  fused_seen_clear(pd);
   fused_replay_reset(pd);
   free(op_end);
   entry_free(owned);
@@ -371,8 +319,7 @@ void tpuc_fused_destroy(tpuc_runtime *rt) {
   for (int d = 0; d < rt->device_count; d++) {
     fused_replay_destroy(&rt->pending[d]);
     free(rt->pending[d].recs);
-    free(rt->pending[d].seen);
-    free(rt->pending[d].seen_pos);
+    fused_seen_free(&rt->pending[d]);
     pthread_mutex_destroy(&rt->pending[d].lock);
   }
   free(rt->pending);
@@ -396,7 +343,7 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
     pthread_mutex_unlock(&pd->lock);
     return st;
   }
-  int prev = graph ? -1 : seen_put(pd, sig, pd->n);
+  int prev = graph ? -1 : fused_seen_put(pd, sig, pd->n);
   if (graph) {
     pd->anchored = false; /* only tpuc_flush cuts a graph */
   } else if (pd->n > 0 && pd->anchored && pd->period > 0 && sig == pd->anchor &&
@@ -424,7 +371,7 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
     return st;
   }
   if (pd->n == 0 && !graph) {
-    seen_put(pd, sig, 0);
+    fused_seen_put(pd, sig, 0);
     pd->chunk_start = (cut_state){pd->anchored, pd->anchor, pd->period};
     pd->chunk_reset_at = -1;
     uint64_t same = 0;

@@ -1,6 +1,7 @@
-/* fused.h — what fused.c (recording, cutting chunks) and fused_replay.c
- * (a chunk that repeats the last chunks' ops, launched without signing its
- * ops again) share: the per-device pending state. */
+/* fused.h — what fused.c (recording, cutting chunks), fused_replay.c (a
+ * chunk that repeats the last chunks' ops, launched without signing its ops
+ * again) and fused_seen.c (the signatures' last positions) share: the
+ * per-device pending state. */
 #ifndef TPUC_FUSED_H
 #define TPUC_FUSED_H
 
@@ -71,8 +72,14 @@ typedef struct tpuc_pending {
   char reasons[FUSED_REASONS][FUSED_REASON_LEN];
 } pending;
 
-/* fused.c */
+/* fused_seen.c: the pending chunk's signature -> last position map */
+/* Records that `sig` is at position `pos`; returns its previous position in
+ * the chunk, or -1. */
+int fused_seen_put(pending *pd, uint64_t sig, int pos);
+void fused_seen_clear(pending *pd);
+/* The map of the pending ops pd->recs[0..n-1], anew. */
 void fused_seen_rebuild(pending *pd);
+void fused_seen_free(pending *pd);
 
 /* fused_replay.c (the caller holds pd->lock) */
 /* Matches call c at position pd->n against the templates; true: it matched,

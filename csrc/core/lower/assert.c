@@ -14,7 +14,7 @@
  * not zero (NaN is true, -0.0 is zero, a complex value is zero when both
  * parts are). A condition of zero or several elements raises the CPU's error
  * at the op (no device work is needed to know it). */
-#include "../runtime/internal.h" /* tpuc_status_make */
+#include "../base/base.h" /* tpuc_status_make */
 #include "lower_ops.h"
 
 static tpuc_status *assert_async(tpuc_lower_ctx *cx) {

@@ -10,7 +10,7 @@
  * NaN payloads included, arrives unchanged). */
 #include <stdlib.h>
 
-#include "../runtime/internal.h"
+#include "../base/base.h"
 #include "collective.h"
 
 int tpuc_collective_group_size(const tpuc_collective_desc *d) {

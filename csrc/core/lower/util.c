@@ -2,7 +2,7 @@
  * broadcasting, dtype coercion. */
 #include <string.h>
 
-#include "../runtime/internal.h"
+#include "../base/base.h"
 #include "lower.h"
 
 const tpuc_arg *lx_arg(const tpuc_lower_ctx *cx, int i) {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/internal.h"
+#include "plugin.h"
 
 #define MAX_PLUGINS 8
 

@@ -1,48 +1,38 @@
 /* buffer.c — device buffers: host<->device transfers, readiness, reference
- * counting, element types and tpuc's per-device accounting of live bytes
- * (the XLA CPU plugin reports no memory statistics of its own). */
+ * counting, the element types' PJRT buffer types and tpuc's per-device
+ * accounting of live bytes (the XLA CPU plugin reports no memory statistics
+ * of its own). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-static const struct {
-  size_t size;
-  const char *mlir;
-  pj_buffer_type pjrt;
-} k_dtypes[TPUC_DTYPE_COUNT] = {
-    [TPUC_PRED] = {1, "i1", PJ_TYPE_PRED},
-    [TPUC_S8] = {1, "i8", PJ_TYPE_S8},
-    [TPUC_S16] = {2, "i16", PJ_TYPE_S16},
-    [TPUC_S32] = {4, "i32", PJ_TYPE_S32},
-    [TPUC_S64] = {8, "i64", PJ_TYPE_S64},
-    [TPUC_U8] = {1, "ui8", PJ_TYPE_U8},
-    [TPUC_U16] = {2, "ui16", PJ_TYPE_U16},
-    [TPUC_U32] = {4, "ui32", PJ_TYPE_U32},
-    [TPUC_U64] = {8, "ui64", PJ_TYPE_U64},
-    [TPUC_F16] = {2, "f16", PJ_TYPE_F16},
-    [TPUC_BF16] = {2, "bf16", PJ_TYPE_BF16},
-    [TPUC_F32] = {4, "f32", PJ_TYPE_F32},
-    [TPUC_F64] = {8, "f64", PJ_TYPE_F64},
-    [TPUC_C64] = {8, "complex<f32>", PJ_TYPE_C64},
-    [TPUC_C128] = {16, "complex<f64>", PJ_TYPE_C128},
+/* PJRT's buffer type of each element type (sizes and names: base/dtype.c) */
+static const pj_buffer_type k_pjrt_types[TPUC_DTYPE_COUNT] = {
+    [TPUC_PRED] = PJ_TYPE_PRED,
+    [TPUC_S8] = PJ_TYPE_S8,
+    [TPUC_S16] = PJ_TYPE_S16,
+    [TPUC_S32] = PJ_TYPE_S32,
+    [TPUC_S64] = PJ_TYPE_S64,
+    [TPUC_U8] = PJ_TYPE_U8,
+    [TPUC_U16] = PJ_TYPE_U16,
+    [TPUC_U32] = PJ_TYPE_U32,
+    [TPUC_U64] = PJ_TYPE_U64,
+    [TPUC_F16] = PJ_TYPE_F16,
+    [TPUC_BF16] = PJ_TYPE_BF16,
+    [TPUC_F32] = PJ_TYPE_F32,
+    [TPUC_F64] = PJ_TYPE_F64,
+    [TPUC_C64] = PJ_TYPE_C64,
+    [TPUC_C128] = PJ_TYPE_C128,
 };
 
-size_t tpuc_dtype_size(tpuc_dtype t) {
-  return (unsigned)t < TPUC_DTYPE_COUNT ? k_dtypes[t].size : 0;
-}
-
-const char *tpuc_dtype_mlir_name(tpuc_dtype t) {
-  return (unsigned)t < TPUC_DTYPE_COUNT ? k_dtypes[t].mlir : "?";
-}
-
 pj_buffer_type tpuc_dtype_to_pjrt(tpuc_dtype t) {
-  return (unsigned)t < TPUC_DTYPE_COUNT ? k_dtypes[t].pjrt : PJ_TYPE_INVALID;
+  return (unsigned)t < TPUC_DTYPE_COUNT ? k_pjrt_types[t] : PJ_TYPE_INVALID;
 }
 
 bool tpuc_dtype_from_pjrt(pj_buffer_type t, tpuc_dtype *out) {
   for (int i = 0; i < TPUC_DTYPE_COUNT; i++)
-    if (k_dtypes[i].pjrt == t) {
+    if (k_pjrt_types[i] == t) {
       *out = (tpuc_dtype)i;
       return true;
     }

@@ -1,45 +1,15 @@
 /* internal.h — the private definitions shared by the modules of the C core
- * runtime (status, plugin, runtime, buffer, compile, execute). Nothing outside
- * csrc/core/ includes it. */
+ * runtime (runtime, buffer, compile, execute, memory, events, disk cache).
+ * Nothing outside csrc/core/ includes it. */
 #ifndef TPUC_INTERNAL_H
 #define TPUC_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "../base/base.h"
 #include "../pjrt/pjrt_abi.h"
-#include "tpuc.h"
-
-/* ---- status.c ---- */
-tpuc_status *tpuc_status_make(tpuc_code code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* Prefixes the message of `s` with `what: ` and returns it. */
-tpuc_status *tpuc_status_wrap(tpuc_status *s, const char *what);
-
-/* ---- plugin.c ---- */
-typedef struct tpuc_plugin {
-  const pj_api *api;
-  char *path;
-  int api_major, api_minor;
-} tpuc_plugin;
-
-/* Loads (once per process) and initialises the plugin at `path`. */
-tpuc_status *tpuc_plugin_load(const char *path, tpuc_plugin *out);
-void tpuc_plugin_unload(tpuc_plugin *p); /* frees tpuc's copy; never dlclose */
-/* The function in `slot`, or NULL when the plugin's table is too short. */
-void *tpuc_plugin_fn(const tpuc_plugin *p, pj_slot slot);
-/* Converts (and destroys) a PJRT error; NULL stays NULL. */
-tpuc_status *tpuc_plugin_error(const tpuc_plugin *p, pj_error *err, const char *what);
-/* A status naming a slot the plugin lacks. */
-tpuc_status *tpuc_plugin_missing(const tpuc_plugin *p, const char *what);
-
-/* Declares `var`, the function in slot `slot` (a pj_slot) taking `args_t *`,
- * or returns a status from the enclosing function when the plugin lacks it. */
-#define PJ_FN(p, slot, args_t, var)                                     \
-  pj_error *(*var)(args_t *) = (pj_error * (*)(args_t *)) tpuc_plugin_fn((p), (slot)); \
-  if (!var) return tpuc_plugin_missing((p), #slot)
-
-typedef pj_error *(*pj_generic_fn)(void *args);
+#include "../pjrt/plugin.h"
 
 /* ---- client_options.c ---- */
 typedef enum { TPUC_PLUGIN_CPU, TPUC_PLUGIN_TPU, TPUC_PLUGIN_GPU, TPUC_PLUGIN_OTHER } tpuc_plugin_kind;
