@@ -65,6 +65,9 @@ py::dict runtime_stats() {
   d["flushes"] = os.flushes;
   d["chunk_hits"] = os.chunk_hits;
   d["chunk_misses"] = os.chunk_misses;
+  d["ahead_ops"] = os.ahead_ops;
+  d["compiles_ahead"] = rs.compiles_ahead;
+  d["compile_joins"] = rs.compile_joins;
   d["disk_hits"] = rs.disk_hits;
   d["disk_misses"] = rs.disk_misses;
   d["disk_writes"] = rs.disk_writes;

@@ -18,6 +18,9 @@ struct tpuc_storage {
   atomic_int refs;   /* the owner's reference + one per pending fused op */
   atomic_bool alive; /* the owner (PyTorch) still holds it */
   atomic_int pending; /* uses by ops recorded and not yet flushed */
+  /* ahead.c: the buffer type an op recorded ahead of its run will bind (a
+   * shape-only buffer; NULL: none pending), under the ahead queue's lock */
+  tpuc_buffer *ahead;
 };
 
 /* The bound buffer (one reference) without flushing pending work: for the
@@ -49,5 +52,15 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c);
 /* Flushes device's pending ops if the storage is used by any. */
 tpuc_status *tpuc_fused_flush_for(tpuc_storage *s);
 void tpuc_fused_destroy(tpuc_runtime *rt);
+
+/* ahead.c: strict mode's compile-ahead queue (its top comment) */
+bool tpuc_ahead_queued(tpuc_runtime *rt, int device);
+/* Queues c, its program handed to the compile pool (*queued), or runs the
+ * queue and leaves c to the caller (*queued false, e.g. with fused ops
+ * pending). A lowering's refusal is TPUC_ERR_UNIMPLEMENTED (c not queued). */
+tpuc_status *tpuc_ahead_record(tpuc_runtime *rt, const tpuc_op_call *c, bool *queued);
+/* Runs device's queue (-1: every device's), in order. */
+tpuc_status *tpuc_ahead_drain(tpuc_runtime *rt, int device);
+void tpuc_ahead_destroy(tpuc_runtime *rt);
 
 #endif /* TPUC_EXEC_H */

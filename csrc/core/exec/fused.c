@@ -63,7 +63,7 @@ bool tpuc_fused_recording(tpuc_runtime *rt) {
 tpuc_mode tpuc_get_mode(tpuc_runtime *rt) { return (tpuc_mode)atomic_load(&rt->mode); }
 
 /* ---- records ---- */
-static void rec_free(rec *r) {
+void rec_free(rec *r) {
   for (int i = 0; i < r->call.ntensors + r->call.noutputs; i++) {
     tpuc_storage *s = r->tensors[i].storage;
     if (!s) continue;
@@ -75,7 +75,7 @@ static void rec_free(rec *r) {
   free(r->pool);
 }
 
-static tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
+tpuc_status *rec_copy(rec *r, const tpuc_op_call *c) {
   memset(r, 0, sizeof *r);
   size_t pool = 0;
   for (int i = 0; i < c->nargs; i++) {
@@ -256,18 +256,19 @@ tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
                             "device index %d is out of range: %d device(s) available", device,
                             rt->device_count);
-  if (!rt->pending) return NULL;
+  tpuc_status *st = tpuc_ahead_drain(rt, device); /* what strict mode queued runs first */
+  if (st || !rt->pending) return st;
   pending *pd = pending_of(rt, device);
   pthread_mutex_lock(&pd->lock);
-  tpuc_status *st = flush_capturing(rt, device, pd, out);
+  st = flush_capturing(rt, device, pd, out);
   pd->anchored = false;
   pthread_mutex_unlock(&pd->lock);
   return st;
 }
 
 tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
-  if (!rt->pending) return NULL;
-  tpuc_status *first = NULL;
+  tpuc_status *first = tpuc_ahead_drain(rt, device); /* queued strict ops (ahead.c) first */
+  if (!rt->pending) return first;
   for (int d = 0; d < rt->device_count; d++) {
     if (device >= 0 && d != device) continue;
     pending *pd = pending_of(rt, d);
@@ -314,6 +315,7 @@ tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode) {
 }
 
 void tpuc_fused_destroy(tpuc_runtime *rt) {
+  tpuc_ahead_destroy(rt); /* runs what is queued */
   if (!rt->pending) return;
   tpuc_status_destroy(tpuc_flush(rt, -1));
   for (int d = 0; d < rt->device_count; d++) {
@@ -329,7 +331,10 @@ void tpuc_fused_destroy(tpuc_runtime *rt) {
 /* ---- recording ---- */
 tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
   uint64_t sig = 0;
-  tpuc_status *st = ensure_pending(rt);
+  /* strict ops queued ahead of their compiles run before anything is
+     recorded: a chunk may be cut (and run) while recording */
+  tpuc_status *st = tpuc_ahead_queued(rt, c->device) ? tpuc_ahead_drain(rt, c->device) : NULL;
+  if (!st) st = ensure_pending(rt);
   if (st) return st;
   pending *pd = pending_of(rt, c->device);
   pthread_mutex_lock(&pd->lock);

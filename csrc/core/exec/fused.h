@@ -15,6 +15,12 @@ typedef struct {
   uint64_t sig;
 } rec;
 
+/* fused.c: a call copied with its arguments; the copy holds a reference to
+ * each storage and counts as a pending use of it (tpuc_storage.pending), so
+ * that reading the storage runs it first. rec_free lets go of both. */
+tpuc_status *rec_copy(rec *r, const tpuc_op_call *c);
+void rec_free(rec *r);
+
 /* The chunk-cutting state that decides where a chunk ends (fused.c). */
 typedef struct {
   bool anchored;

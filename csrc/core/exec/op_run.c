@@ -10,9 +10,8 @@
 /* Finds or makes the plan of a single call. With `compile`, the plan has an
  * executable; otherwise it may be only validated (fused mode). Returns the
  * lowering's refusal as TPUC_ERR_UNIMPLEMENTED. */
-static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, bool compile,
-                                bool checks, fast_entry **out, fast_entry **owned,
-                                uint64_t *call_hash) {
+tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, int compile,
+                         bool checks, fast_entry **out, fast_entry **owned, uint64_t *call_hash) {
   *out = *owned = NULL;
   /* small calls (nearly all) use the stack: no allocation on a cache hit */
   int tslot_small[32], oslot_small[16];
@@ -56,17 +55,21 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
   }
   uint64_t h = key_hash(&k);
   pthread_mutex_lock(&rt->fast_lock);
-  rt->op_calls++;
+  bool counted = compile == PLAN_VALIDATE || compile == PLAN_COMPILE; /* the call's first */
+  if (counted) rt->op_calls++;
   fast_entry *e = cache_find(rt, h, &k);
-  bool usable = e && (e->declined || e->exe || !compile);
-  if (usable) rt->fast_hits++;
-  else rt->fast_misses++;
+  bool usable = e && (e->declined || e->exe || compile == PLAN_VALIDATE ||
+                      (compile == PLAN_PREFETCH && e->prefetched));
+  if (counted && usable) rt->fast_hits++;
+  else if (counted) rt->fast_misses++;
   pthread_mutex_unlock(&rt->fast_lock);
   if (usable) {
     *out = e;
     goto done;
   }
-  if (compile) tpuc_recompile_note(rt, c);
+  /* noted when first formed: queued ahead (then not again when it runs) or compiled */
+  if (compile == PLAN_PREFETCH || (compile != PLAN_VALIDATE && !(e && e->prefetched)))
+    tpuc_recompile_note(rt, c);
   /* build (and compile) a fresh entry, then publish it */
   fast_entry *ne = entry_new(&k, h);
   if (!ne) {
@@ -77,6 +80,7 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
   int *ts[1] = {tslot}, *os[1] = {oslot};
   st = plan_build(rt, calls, ts, os, 1, s, read, live, compile, checks, ne,
                   tpuc_op_name_of(c->op));
+  ne->prefetched = !st && compile == PLAN_PREFETCH;
   if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
     ne->declined = strdup(tpuc_status_message(st)); /* later calls fall back at once */
   } else if (st) {
@@ -91,6 +95,7 @@ static tpuc_status *single_plan(tpuc_runtime *rt, const tpuc_op_call *c, slot_se
     *owned = ne;
     e = old;
   } else if (old) {
+    old->prefetched = old->prefetched || ne->prefetched;
     *owned = ne;
     e = old;
   } else {
@@ -118,7 +123,7 @@ tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *si
   slot_set s;
   slots_init(&s);
   fast_entry *e = NULL, *owned = NULL;
-  tpuc_status *st = single_plan(rt, c, &s, false, false, &e, &owned, sig);
+  tpuc_status *st = plan_single(rt, c, &s, false, false, &e, &owned, sig);
   if (!st && e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
   entry_free(owned);
   slots_release(&s);
@@ -136,6 +141,15 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "%s: a negative output count",
                             tpuc_op_name_of(c->op));
   if (tpuc_fused_recording(rt)) return tpuc_fused_record(rt, c);
+  wait = wait || tpuc_get_mode(rt) == TPUC_MODE_DEBUG;
+  bool checks = tpuc_checks_wanted(rt, wait);
+  /* strict mode's compile-ahead (ahead.c): behind queued ops, c queues too */
+  bool ahead = rt->compile_ahead && !wait && !checks;
+  if (ahead && tpuc_ahead_queued(rt, c->device)) {
+    bool queued = false;
+    tpuc_status *as = tpuc_ahead_record(rt, c, &queued);
+    if (as || queued) return as;
+  }
   /* strict: what the op reads or writes must not be waiting in a chunk */
   for (int i = 0; i < c->ntensors + c->noutputs; i++) {
     tpuc_storage *s = i < c->ntensors ? c->tensors[i].storage : c->outputs[i - c->ntensors].storage;
@@ -147,8 +161,17 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   slot_set s;
   slots_init(&s);
   fast_entry *e = NULL, *owned = NULL;
-  wait = wait || tpuc_get_mode(rt) == TPUC_MODE_DEBUG;
-  tpuc_status *st = single_plan(rt, c, &s, true, tpuc_checks_wanted(rt, wait), &e, &owned, NULL);
+  tpuc_status *st = plan_single(rt, c, &s, ahead ? PLAN_VALIDATE : PLAN_COMPILE, checks, &e,
+                                &owned, NULL);
+  if (!st && !e->declined && !e->exe) { /* not compiled yet: queue it, its compile ahead */
+    entry_free(owned);
+    slots_release(&s);
+    bool queued = false;
+    st = tpuc_ahead_record(rt, c, &queued);
+    if (st || queued) return st;
+    slots_init(&s); /* not queued (fused ops pending): compiled now */
+    st = plan_single(rt, c, &s, PLAN_COMPILE, checks, &e, &owned, NULL);
+  }
   if (!st) {
     if (e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
     else {
@@ -171,6 +194,7 @@ void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out) {
   out->flushes = rt->flushes;
   out->chunk_hits = rt->chunk_hits;
   out->chunk_misses = rt->chunk_misses;
+  out->ahead_ops = rt->ahead_ops;
   pthread_mutex_unlock(&rt->fast_lock);
   out->recompiles = tpuc_recompile_count(rt);
 }

@@ -24,6 +24,7 @@ void slots_init(slot_set *s) {
   s->cap = SLOTS_INLINE;
   s->index = NULL;
   s->index_cap = 0;
+  s->predict = false;
 }
 
 static size_t slot_hash(const tpuc_storage *st, int cap) {
@@ -74,7 +75,8 @@ int slots_add(slot_set *s, tpuc_storage *st) {
     s->cap = cap;
   }
   s->storage[s->n] = st;
-  s->buffer[s->n] = tpuc_storage_peek_buffer(st);
+  s->buffer[s->n] = s->predict && st->ahead ? tpuc_buffer_retain(st->ahead)
+                                             : tpuc_storage_peek_buffer(st);
   int i = s->n++;
   if (s->n > SLOTS_INLINE && 2 * s->n > s->index_cap) {
     if (!index_grow(s)) return -1;
@@ -306,6 +308,7 @@ void entry_free(fast_entry *e) {
   free(e->declined);
   free(e->params);
   free(e->result_slot);
+  free(e->result_types);
   free(e->aliased);
   check_set_release(e->checks);
   free(e->key);
@@ -556,7 +559,7 @@ static void dump(const char *text, size_t len, const char *name, uint64_t hash) 
 
 tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
                         int *const *tslots, int *const *oslots, int n, slot_set *s,
-                        const bool *read, const bool *live, bool compile, bool checks,
+                        const bool *read, const bool *live, int compile, bool checks,
                         fast_entry *e, const char *name) {
   builder bd;
   memset(&bd, 0, sizeof bd);
@@ -577,10 +580,11 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   bd.param = malloc((size_t)(s->n + 1) * sizeof *bd.param);
   bd.param_no = malloc((size_t)(s->n + 1) * sizeof *bd.param_no);
   int *result_slot = malloc((size_t)(s->n + 1) * sizeof *result_slot);
+  ir_type *rtypes = malloc((size_t)(s->n + 1) * sizeof *rtypes);
   bool *aliased = NULL;
   tpuc_status *st = NULL;
   char *text = NULL;
-  if (!bd.g || !bd.val || !bd.written || !bd.param || !bd.param_no || !result_slot) {
+  if (!bd.g || !bd.val || !bd.written || !bd.param || !bd.param_no || !result_slot || !rtypes) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
     goto done;
   }
@@ -605,6 +609,7 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
         }
       }
       ir_output(bd.g, v);
+      rtypes[nres] = *ir_typeof(bd.g, v);
       result_slot[nres++] = i;
     }
   if (!st && ck.oom) st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -637,7 +642,8 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
     rt->emitted_bytes += (int64_t)len;
     pthread_mutex_unlock(&rt->fast_lock);
     tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_BEGIN, name, "", -1, (int64_t)len, 0);
-    st = tpuc_compile(rt, text, len, &e->exe);
+    if (compile == PLAN_PREFETCH) tpuc_compile_submit(rt, text, len); /* e->exe stays NULL */
+    else st = tpuc_compile(rt, text, len, &e->exe);
     tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_END, name, "", -1, (int64_t)len, 0);
     if (st) {
       st = tpuc_status_wrap(st, name);
@@ -656,6 +662,9 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   e->nresults = nres;
   e->result_slot = result_slot;
   result_slot = NULL;
+  free(e->result_types);
+  e->result_types = rtypes;
+  rtypes = NULL;
   free(e->aliased);
   e->aliased = aliased;
   aliased = NULL;
@@ -673,6 +682,7 @@ done:
   free(bd.val);
   free(bd.written);
   free(result_slot);
+  free(rtypes);
   ir_graph_destroy(bd.g);
   return st;
 }

@@ -27,6 +27,9 @@ typedef struct {
    * of searching every slot for every tensor (quadratic in the chunk) */
   int *index;
   int index_cap;
+  /* forming the program of an op recorded ahead of its run (ahead.c): a
+   * storage an earlier recorded op writes counts with its predicted buffer */
+  bool predict;
 } slot_set;
 
 void slots_init(slot_set *s);
@@ -80,6 +83,8 @@ typedef struct tpuc_fast_entry {
   param_src *params;
   int nresults;
   int *result_slot; /* slot each program result is bound to */
+  ir_type *result_types; /* each result's type (the buffer its slot gets) */
+  bool prefetched;       /* its program was handed to the compile pool (ahead.c) */
   bool *aliased;    /* per parameter: an output may reuse its buffer (donation) */
   check_set *checks; /* the run-time checks, returned as one more result; NULL: none */
   const char *name; /* static: the op's name or "fused chunk" (events) */
@@ -98,6 +103,12 @@ uint64_t key_hash(const keybuf *k);
 fast_entry *cache_find(tpuc_runtime *rt, uint64_t h, const keybuf *k);
 fast_entry *cache_insert(tpuc_runtime *rt, fast_entry *e);
 
+/* plan_build's `compile`: validate only; compile now; or emit the program
+ * and hand it to the compile pool (no executable in e: ahead.c). */
+enum { PLAN_VALIDATE = 0, PLAN_COMPILE = 1, PLAN_PREFETCH = 2, PLAN_RUN_QUEUED = 3 };
+/* (PLAN_RUN_QUEUED: compile, for an op queued ahead that runs now; its call
+ * was counted in the statistics when it was queued) */
+
 /* Builds one program from calls[0..n-1] over slot set s and fills e's plan
  * (and, with `compile`, its executable). `live[i]` says whether slot i's
  * final value is a result. The lowerings' run-time checks become one more
@@ -105,8 +116,16 @@ fast_entry *cache_insert(tpuc_runtime *rt, fast_entry *e);
  * `checks`. A lowering's refusal is TPUC_ERR_UNIMPLEMENTED. */
 tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
                         int *const *tslots, int *const *oslots, int n, slot_set *s,
-                        const bool *read, const bool *live, bool compile, bool checks,
+                        const bool *read, const bool *live, int compile, bool checks,
                         fast_entry *e, const char *name);
+
+/* op_run.c: finds or makes the plan of one call over s (filled here):
+ * validated only, compiled, or handed to the compile pool, as `compile` says
+ * (an entry that has what is asked is used as it is). *owned: an entry to
+ * free after use (one that lost a race). A lowering's refusal is in
+ * (*out)->declined. */
+tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, int compile,
+                         bool checks, fast_entry **out, fast_entry **owned, uint64_t *call_hash);
 
 /* Runs e with the slots' initial buffers and the calls' scalars, and binds
  * each result to its storage. With `wait`, a failed run-time check is

@@ -20,6 +20,7 @@ tpuc_status *tpuc_storage_create(tpuc_runtime *rt, int device, size_t nbytes, tp
   tpuc_storage *s = malloc(sizeof *s);
   if (!s) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
   s->buf = NULL;
+  s->ahead = NULL;
   pthread_mutex_init(&s->lock, NULL);
   atomic_init(&s->refs, 1);
   atomic_init(&s->alive, true);
@@ -39,6 +40,7 @@ tpuc_storage *tpuc_storage_retain(tpuc_storage *s) {
 void tpuc_storage_release(tpuc_storage *s) {
   if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
   tpuc_buffer_release(s->buf);
+  tpuc_buffer_release(s->ahead);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }

@@ -212,6 +212,8 @@ typedef struct {
   int64_t disk_evictions;  /* files removed to respect the size bound */
   double load_seconds;     /* wall time spent loading cached executables */
   int64_t donations;       /* argument buffers a program reused for its outputs */
+  int64_t compiles_ahead;  /* programs handed to the compile pool ahead of need */
+  int64_t compile_joins;   /* compile requests that waited for the same compile in flight */
 } tpuc_runtime_stats;
 
 void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out);
@@ -486,6 +488,7 @@ typedef struct {
   int64_t chunk_hits;     /* chunks whose program came from the signature cache */
   int64_t chunk_misses;   /* chunks built, emitted and compiled (or loaded) */
   int64_t recompiles;     /* an op compiled for a new signature after an earlier one */
+  int64_t ahead_ops;      /* strict ops queued while their programs compiled (exec/ahead.c) */
 } tpuc_op_stats;
 
 void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);

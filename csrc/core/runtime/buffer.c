@@ -277,12 +277,38 @@ void tpuc_buffer_release(tpuc_buffer *b) {
   pj_buffer_destroy_args d = {0};
   d.struct_size = PJ_SIZE(pj_buffer_destroy_args, buffer);
   d.buffer = b->buf;
-  if (destroy) tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&d), NULL));
+  if (destroy && b->buf) /* a shape-only buffer has no plugin buffer */
+    tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&d), NULL));
   /* a donated buffer's bytes left with the donation */
   if (!atomic_load(&b->donated) && !atomic_load(&b->unaccounted))
     tpuc_runtime_account(rt, b->device, -(int64_t)b->nbytes);
   atomic_fetch_sub(&rt->live_objects, 1);
   free(b);
+}
+
+tpuc_status *tpuc_buffer_shape_only(tpuc_runtime *rt, int device, tpuc_dtype dtype, int ndim,
+                                    const int64_t *dims, tpuc_buffer **out) {
+  *out = NULL;
+  int64_t numel = 0;
+  tpuc_status *s = check_shape(rt, device, dtype, dims, ndim, &numel);
+  if (s) return s;
+  tpuc_buffer *b = malloc(sizeof *b);
+  if (!b) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->donated, false);
+  atomic_init(&b->unaccounted, true); /* holds no memory */
+  b->rt = rt;
+  b->buf = NULL;
+  b->device = device;
+  b->dtype = dtype;
+  b->ndim = ndim;
+  memset(b->dims, 0, sizeof b->dims);
+  if (ndim) memcpy(b->dims, dims, (size_t)ndim * sizeof *dims);
+  b->numel = numel;
+  b->nbytes = (size_t)numel * tpuc_dtype_size(dtype);
+  atomic_fetch_add(&rt->live_objects, 1);
+  *out = b;
+  return NULL;
 }
 
 void tpuc_buffer_unaccount(tpuc_buffer *b) {

@@ -289,6 +289,62 @@ static tpuc_status *wrap_executable(tpuc_runtime *rt, pj_loaded_executable *exe,
   return NULL;
 }
 
+/* A compile in flight (under rt->cache_lock), on its compiler's stack. */
+struct tpuc_inflight {
+  uint64_t key;
+  const char *text;
+  size_t len;
+  struct tpuc_inflight *next;
+};
+
+static bool inflight_find(const tpuc_runtime *rt, const struct tpuc_inflight *q) {
+  for (const struct tpuc_inflight *f = rt->inflight; f; f = f->next)
+    if (f != q && f->key == q->key && f->len == q->len && !memcmp(f->text, q->text, q->len))
+      return true;
+  return false;
+}
+
+/* A program in neither memory cache nor flight: from the disk tier, else
+ * compiled (and then written to disk). */
+static tpuc_status *compile_miss(tpuc_runtime *rt, const char *text, size_t len,
+                                 const proto_buf *opts, tpuc_executable **out) {
+  tpuc_executable *x = NULL;
+  tpuc_status *s = NULL;
+  unsigned char dkey[32];
+  pj_loaded_executable *from_disk = NULL;
+  int lock = -1;
+  if (rt->disk_dir) {
+    tpuc_disk_key(rt, text, len, opts->bytes, opts->len, dkey);
+    s = tpuc_disk_load(rt, dkey, &from_disk);
+    if (s) return s;
+    if (!from_disk) {
+      /* another process may be compiling this program right now: wait for
+       * it and load its result rather than compile it a second time */
+      lock = tpuc_disk_lock(rt, dkey);
+      if (lock >= 0) s = tpuc_disk_reload(rt, dkey, &from_disk);
+      if (s) {
+        tpuc_disk_unlock(rt, dkey, lock);
+        return s;
+      }
+    }
+  }
+  if (from_disk) {
+    s = wrap_executable(rt, from_disk, &x);
+  } else {
+    s = compile_uncached(rt, text, len, opts, &x);
+    if (!s && rt->disk_dir) tpuc_disk_store(rt, dkey, x->exe);
+  }
+  tpuc_disk_unlock(rt, dkey, lock);
+  if (s) return s;
+  if (rt->single_device) { /* the options tpuc_compile gives a bound one */
+    proto_buf bound;
+    encode_compile_options(&bound, 1, 1, false);
+    x->bound = opts->len == bound.len && !memcmp(opts->bytes, bound.bytes, bound.len);
+  }
+  *out = x;
+  return NULL;
+}
+
 tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *text, size_t len, tpuc_executable **out) {
   proto_buf opts;
   encode_compile_options(&opts, 1, 1, !rt->single_device);
@@ -312,60 +368,48 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
 
   pthread_mutex_lock(&rt->cache_lock);
   tpuc_executable *hit = cache_find(rt, key, text, len);
-  if (hit) {
-    rt->cache_hits++;
-    *out = tpuc_executable_retain(hit);
-  } else {
-    rt->cache_misses++;
+  if (hit) rt->cache_hits++;
+  else rt->cache_misses++;
+  /* the same program being compiled by another thread (a compile ahead of
+   * need, compile_pool.c): wait for it rather than compile it twice */
+  struct tpuc_inflight me = {key, text, len, NULL};
+  while (!hit && inflight_find(rt, &me)) {
+    rt->compile_joins++;
+    pthread_cond_wait(&rt->compile_done, &rt->cache_lock);
+    hit = cache_find(rt, key, text, len); /* NULL: it failed; compile it here */
   }
+  if (hit) {
+    *out = tpuc_executable_retain(hit);
+    pthread_mutex_unlock(&rt->cache_lock);
+    return NULL;
+  }
+  me.next = rt->inflight;
+  rt->inflight = &me;
   pthread_mutex_unlock(&rt->cache_lock);
-  if (hit) return NULL;
 
   /* Compile outside the lock: compiles may take seconds, and other threads
-   * may keep running cached programs meanwhile. Two threads compiling the
-   * same text both succeed; the first insert wins. */
+   * may keep running cached programs meanwhile. */
   tpuc_executable *x = NULL;
-  tpuc_status *s = NULL;
-  unsigned char dkey[32];
-  pj_loaded_executable *from_disk = NULL;
-  int lock = -1;
-  if (rt->disk_dir) {
-    tpuc_disk_key(rt, text, len, opts.bytes, opts.len, dkey);
-    s = tpuc_disk_load(rt, dkey, &from_disk);
-    if (s) return s;
-    if (!from_disk) {
-      /* another process may be compiling this program right now: wait for
-       * it and load its result rather than compile it a second time */
-      lock = tpuc_disk_lock(rt, dkey);
-      if (lock >= 0) s = tpuc_disk_reload(rt, dkey, &from_disk);
-      if (s) {
-        tpuc_disk_unlock(rt, dkey, lock);
-        return s;
-      }
+  tpuc_status *s = compile_miss(rt, text, len, &opts, &x);
+
+  pthread_mutex_lock(&rt->cache_lock);
+  for (struct tpuc_inflight **pp = &rt->inflight; *pp; pp = &(*pp)->next)
+    if (*pp == &me) {
+      *pp = me.next;
+      break;
+    }
+  if (!s) {
+    tpuc_executable *raced = cache_find(rt, key, text, len);
+    if (raced) {
+      tpuc_executable_release(x);
+      x = tpuc_executable_retain(raced);
+    } else {
+      cache_insert(rt, key, text, len, x);
     }
   }
-  if (from_disk) {
-    s = wrap_executable(rt, from_disk, &x);
-  } else {
-    s = compile_uncached(rt, text, len, &opts, &x);
-    if (!s && rt->disk_dir) tpuc_disk_store(rt, dkey, x->exe);
-  }
-  tpuc_disk_unlock(rt, dkey, lock);
-  if (s) return s;
-  if (rt->single_device) { /* the options tpuc_compile gives a bound one */
-    proto_buf bound;
-    encode_compile_options(&bound, 1, 1, false);
-    x->bound = opts.len == bound.len && !memcmp(opts.bytes, bound.bytes, bound.len);
-  }
-  pthread_mutex_lock(&rt->cache_lock);
-  tpuc_executable *raced = cache_find(rt, key, text, len);
-  if (raced) {
-    tpuc_executable_release(x);
-    x = tpuc_executable_retain(raced);
-  } else {
-    cache_insert(rt, key, text, len, x);
-  }
+  pthread_cond_broadcast(&rt->compile_done);
   pthread_mutex_unlock(&rt->cache_lock);
+  if (s) return s;
   *out = x;
   return NULL;
 }

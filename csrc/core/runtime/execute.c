@@ -47,6 +47,9 @@ tpuc_status *tpuc_execute_aliasing(tpuc_executable *e, int device, tpuc_buffer *
                               "argument %d is %s device %d; the program runs on device %d", i,
                               args[i] ? "on" : "missing, not on", args[i] ? args[i]->device : -1,
                               device);
+    else if (!args[i]->buf) /* a shape-only buffer (exec/ahead.c): a bug, never run it */
+      return tpuc_status_make(TPUC_ERR_INTERNAL, "argument %d has no device memory (an op "
+                              "recorded ahead of its run was not run first)", i);
   PJ_FN(p, PJ_SLOT_LOADED_EXECUTABLE_EXECUTE, pj_execute_args, execute);
 
   pj_buffer *arg_small[SMALL], *out_small[SMALL];

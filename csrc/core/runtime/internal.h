@@ -75,6 +75,14 @@ struct tpuc_runtime {
   tpuc_cache_entry **cache_buckets;
   size_t cache_nbuckets, cache_count;
   int64_t compiles, cache_hits, cache_misses;
+  /* compiles in flight (compile.c): a second thread asking for the same
+   * program waits for the first one's instead of compiling it again */
+  struct tpuc_inflight *inflight;
+  pthread_cond_t compile_done;
+  /* compile_pool.c: the worker threads of compiles ahead of need */
+  struct tpuc_compile_pool *compile_pool;
+  bool compile_pool_failed;
+  int64_t compiles_submitted, compile_joins;
   double compile_seconds;
   pj_loaded_executable *barrier; /* tpuc_synchronize's (execute.c), made once, under cache_lock */
   pthread_mutex_t sync_lock; /* one barrier at a time: a second synchronize waits for the first's */
@@ -95,6 +103,9 @@ struct tpuc_runtime {
   atomic_int mode;
   atomic_int fused_replay_off; /* exec/fused_replay.c: chunks are always recorded */
   struct tpuc_pending *pending; /* one per device */
+  struct tpuc_ahead *ahead;     /* exec/ahead.c: one queue per device */
+  bool compile_ahead;           /* TPUC_COMPILE_AHEAD (default on) */
+  int64_t ahead_ops;            /* ops queued ahead of their compile, under fast_lock */
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 
   atomic_llong executions;
@@ -163,6 +174,13 @@ struct tpuc_buffer {
  * alone. */
 void tpuc_buffer_unaccount(tpuc_buffer *b);
 
+/* A buffer with a type and no memory (its plugin buffer is NULL): what a
+ * storage will hold once an op recorded ahead of its run has run, for
+ * forming the programs of the ops after it (exec/ahead.c). Never launched:
+ * tpuc_execute refuses it. */
+tpuc_status *tpuc_buffer_shape_only(tpuc_runtime *rt, int device, tpuc_dtype dtype, int ndim,
+                                    const int64_t *dims, tpuc_buffer **out);
+
 /* Wraps a plugin buffer (takes ownership) into a tpuc_buffer. */
 tpuc_status *tpuc_buffer_wrap(tpuc_runtime *rt, int device, pj_buffer *pb, tpuc_dtype dtype,
                               int ndim, const int64_t *dims, tpuc_buffer **out);
@@ -211,6 +229,16 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
 void tpuc_cache_clear(tpuc_runtime *rt);
+
+/* ---- compile_pool.c ---- */
+/* Compiles `text` (copied) on a worker thread into the executable caches, so
+ * that tpuc_compile of the same text later finds it (or joins the compile in
+ * flight). False: not submitted (no worker could be started; out of memory). */
+bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len);
+/* Compiles submitted and not finished. */
+int tpuc_compile_pool_busy(tpuc_runtime *rt);
+/* Drops what has not started, waits for the rest, joins the workers. */
+void tpuc_compile_pool_destroy(tpuc_runtime *rt);
 
 /* ---- memory.c ---- */
 /* Applies $TPUC_MEMORY_LIMIT to every device (runtime creation). */

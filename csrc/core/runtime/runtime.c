@@ -230,6 +230,7 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   if (!rt) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
   pthread_mutex_init(&rt->mem_lock, NULL);
   pthread_mutex_init(&rt->cache_lock, NULL);
+  pthread_cond_init(&rt->compile_done, NULL);
   pthread_mutex_init(&rt->sync_lock, NULL);
   pthread_mutex_init(&rt->fast_lock, NULL);
   pthread_mutex_init(&rt->hook_lock, NULL);
@@ -264,6 +265,7 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   rt->dot_rewrite = switch_on("TPUC_DOT_REWRITE");
   rt->slice_inplace = switch_on("TPUC_SLICE_INPLACE");
   rt->scalar_cache = switch_on("TPUC_SCALAR_CACHE");
+  rt->compile_ahead = switch_on("TPUC_COMPILE_AHEAD");
   rt->xnn_may_capture = xnn_may_capture();
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   *out = rt;
@@ -273,6 +275,7 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
 void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (!rt) return;
   tpuc_fused_destroy(rt);
+  tpuc_compile_pool_destroy(rt); /* before the caches and the client it compiles into */
   if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
   tpuc_barrier_destroy(rt);
   tpuc_checks_destroy(rt);
@@ -301,6 +304,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   tpuc_plugin_unload(&rt->plugin);
   pthread_mutex_destroy(&rt->mem_lock);
   pthread_mutex_destroy(&rt->cache_lock);
+  pthread_cond_destroy(&rt->compile_done);
   pthread_mutex_destroy(&rt->sync_lock);
   pthread_mutex_destroy(&rt->fast_lock);
   pthread_mutex_destroy(&rt->hook_lock);
@@ -403,6 +407,8 @@ void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out) {
   out->disk_evictions = rt->disk_evictions;
   out->load_seconds = rt->load_seconds;
   out->donations = atomic_load(&rt->donations);
+  out->compiles_ahead = rt->compiles_submitted;
+  out->compile_joins = rt->compile_joins;
   pthread_mutex_unlock(&rt->cache_lock);
 }
 

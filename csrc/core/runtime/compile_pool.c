@@ -1,0 +1,171 @@
+/* compile_pool.c — compiles that run beside the caller: a few worker
+ * threads take StableHLO texts from a queue and compile them into the
+ * executable caches (memory, and disk when on), so that the op that needs
+ * a program later finds it compiled, or waits only for the rest of a compile
+ * already under way (compile.c joins a compile in flight instead of starting
+ * the same one again).
+ *
+ * The exec layer submits the program of an op it has recorded but not yet
+ * run (strict mode's compile-ahead, exec/ahead.c); nothing here runs a
+ * program. A compile's result or error is only put in the cache: the op's own
+ * compile, when the op runs, returns the error at the op. PJRT's compile is
+ * thread-safe; the workers are started on the first submission and joined
+ * by tpuc_runtime_destroy. TPUC_COMPILE_THREADS bounds them (default: the
+ * cores this process may use, at most 8). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+typedef struct job {
+  char *text;
+  size_t len;
+  struct job *next;
+} job;
+
+struct tpuc_compile_pool {
+  pthread_mutex_t lock;
+  pthread_cond_t work, idle;
+  job *head, *tail;
+  int queued, running; /* jobs waiting, jobs being compiled */
+  bool stop;
+  int nthreads;
+  pthread_t threads[8];
+  tpuc_runtime *rt;
+};
+
+static int default_threads(void) {
+  const char *v = getenv("TPUC_COMPILE_THREADS");
+  if (v && *v) {
+    int n = atoi(v);
+    return n < 1 ? 1 : n > 8 ? 8 : n;
+  }
+  int n = 1;
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  if (!sched_getaffinity(0, sizeof set, &set)) n = CPU_COUNT(&set);
+#else
+  long c = sysconf(_SC_NPROCESSORS_ONLN);
+  if (c > 0) n = (int)c;
+#endif
+  return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+static void *worker(void *arg) {
+  struct tpuc_compile_pool *p = arg;
+  pthread_mutex_lock(&p->lock);
+  for (;;) {
+    while (!p->head && !p->stop) pthread_cond_wait(&p->work, &p->lock);
+    if (!p->head) break; /* stopping, nothing left */
+    job *j = p->head;
+    p->head = j->next;
+    if (!p->head) p->tail = NULL;
+    p->queued--;
+    p->running++;
+    pthread_mutex_unlock(&p->lock);
+    tpuc_executable *x = NULL;
+    tpuc_status *s = tpuc_compile(p->rt, j->text, j->len, &x);
+    tpuc_status_destroy(s); /* the op's own compile reports it */
+    tpuc_executable_release(x);
+    free(j->text);
+    free(j);
+    pthread_mutex_lock(&p->lock);
+    p->running--;
+    if (!p->head && !p->running) pthread_cond_broadcast(&p->idle);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return NULL;
+}
+
+/* The pool, started on first use (under rt->cache_lock). NULL: no threads
+ * could be started (then nothing is compiled ahead: still correct). */
+static struct tpuc_compile_pool *pool_of(tpuc_runtime *rt) {
+  pthread_mutex_lock(&rt->cache_lock);
+  struct tpuc_compile_pool *p = rt->compile_pool;
+  if (!p && !rt->compile_pool_failed) {
+    p = calloc(1, sizeof *p);
+    if (p) {
+      pthread_mutex_init(&p->lock, NULL);
+      pthread_cond_init(&p->work, NULL);
+      pthread_cond_init(&p->idle, NULL);
+      p->rt = rt;
+      int want = default_threads();
+      for (int i = 0; i < want; i++)
+        if (!pthread_create(&p->threads[p->nthreads], NULL, worker, p)) p->nthreads++;
+      if (!p->nthreads) {
+        pthread_cond_destroy(&p->work);
+        pthread_cond_destroy(&p->idle);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        p = NULL;
+      }
+    }
+    rt->compile_pool = p;
+    rt->compile_pool_failed = !p;
+  }
+  pthread_mutex_unlock(&rt->cache_lock);
+  return p;
+}
+
+bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len) {
+  struct tpuc_compile_pool *p = pool_of(rt);
+  if (!p) return false;
+  job *j = malloc(sizeof *j);
+  char *copy = malloc(len ? len : 1);
+  if (!j || !copy) {
+    free(j);
+    free(copy);
+    return false;
+  }
+  memcpy(copy, text, len);
+  j->text = copy;
+  j->len = len;
+  j->next = NULL;
+  pthread_mutex_lock(&p->lock);
+  if (p->tail) p->tail->next = j;
+  else p->head = j;
+  p->tail = j;
+  p->queued++;
+  pthread_cond_signal(&p->work);
+  pthread_mutex_unlock(&p->lock);
+  pthread_mutex_lock(&rt->cache_lock);
+  rt->compiles_submitted++;
+  pthread_mutex_unlock(&rt->cache_lock);
+  return true;
+}
+
+int tpuc_compile_pool_busy(tpuc_runtime *rt) {
+  pthread_mutex_lock(&rt->cache_lock);
+  struct tpuc_compile_pool *p = rt->compile_pool;
+  pthread_mutex_unlock(&rt->cache_lock);
+  if (!p) return 0;
+  pthread_mutex_lock(&p->lock);
+  int n = p->queued + p->running;
+  pthread_mutex_unlock(&p->lock);
+  return n;
+}
+
+void tpuc_compile_pool_destroy(tpuc_runtime *rt) {
+  struct tpuc_compile_pool *p = rt->compile_pool;
+  if (!p) return;
+  pthread_mutex_lock(&p->lock);
+  for (job *j = p->head, *next; j; j = next) { /* not started: dropped */
+    next = j->next;
+    free(j->text);
+    free(j);
+  }
+  p->head = p->tail = NULL;
+  p->queued = 0;
+  p->stop = true;
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->lock);
+  for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
+  pthread_cond_destroy(&p->work);
+  pthread_cond_destroy(&p->idle);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+  rt->compile_pool = NULL;
+}
