@@ -23,7 +23,7 @@ T_PROCESS = time.perf_counter()  # before torch's import: startup counts it
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import common  # noqa: E402
+import checklib as common  # noqa: E402
 
 
 def _write(path: str, res: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import common  # noqa: E402
+import checklib as common  # noqa: E402
 
 COLD_TARGET = 3.0
 WARM_TARGET = 1.2
@@ -82,6 +82,8 @@ def _header(recs: list[dict[str, Any]]) -> list[str]:
           "step = median of the second half of the steps; same seed, weights and batches for "
           "every contender"]
     peak, why = common.peak_for(m.get("device_name") or "", m.get("dtype") or "f32")
+    if m.get("dry"):
+        why = "none (dry run on the CPU): MFU not computed"
     L += [f"- MFU: model FLOPs (6N + attention per token, examples/llama.py) / step time / peak; "
           f"peak: {why}", ""]
     return L
@@ -105,8 +107,9 @@ def _summary(recs: list[dict[str, Any]]) -> list[str]:
     for c in _by(recs, "ctests"):
         rows.append(["C core tests", str(c.get("status")), ""])
     for p in _by(recs, "pytest"):
+        counts = ", ".join(f"{n} {k}" for k, n in (p.get("counts") or {}).items()) or "no test ran"
         rows.append(["pytest slice", str(p.get("status")),
-                     f"{p.get('counts')} in {_s(p.get('seconds'))} s"])
+                     f"{counts} in {_s(p.get('seconds'))} s ({' '.join(p.get('files') or [])})"])
     tr = [r for r in _by(recs, "train")]
     if tr:
         ok = sum(r.get("status") == "ok" for r in tr)
@@ -115,6 +118,9 @@ def _summary(recs: list[dict[str, Any]]) -> list[str]:
         rows.append(["training contenders", f"{ok}/{len(tr)} ran all steps",
                      f"losses agree with {_ref_label(_machine(recs))} eager: "
                      f"{len(agree) - len(bad)}/{len(agree)}" + (f" (not: {', '.join(bad)})" if bad else "")])
+    met = [v for v in _verdicts(recs) if v in ("met", "missed")]
+    if met:
+        rows.append(["first-step targets (strict, fused)", f"{met.count('met')}/{len(met)} met", ""])
     for e in _by(recs, "error"):
         rows.append([f"driver error in {e.get('phase')}", str(e.get("error"))[:200], ""])
     return ["### Summary", ""] + _table(["check", "result", "detail"], rows)
@@ -151,7 +157,7 @@ def _train(recs: list[dict[str, Any]]) -> list[str]:
                       if r.get("steady_s") else "—")
             table.append([r.get("contender", "?").split("/", 1)[-1], str(r.get("status")),
                           _s(r.get("setup_s")), _s(r.get("first_step_s")), steady,
-                          _f(r.get("tok_s"), ".0f"), _f(r.get("tflops"), ".1f"), mfu,
+                          _f(r.get("tok_s"), ".0f"), _f(r.get("tflops"), ".3g"), mfu,
                           _programs(r),
                           str((r.get("tpu_stats") or {}).get("fallbacks", "")), agree_s])
         L += _table(["contender", "status", "start-up s", "first step s", "steady step s [min]",
@@ -166,20 +172,20 @@ def _train(recs: list[dict[str, Any]]) -> list[str]:
     return L
 
 
-def _targets(recs: list[dict[str, Any]]) -> list[str]:
+def _target_rows(recs: list[dict[str, Any]]) -> list[tuple[list[str], str]]:
+    """(table cells, verdict) per "tpu" run and per reference eager run; the verdict is
+    met / missed / not measured for strict and fused, empty otherwise."""
     tr = _by(recs, "train")
-    if not tr:
-        return []
     ref = _ref_label(_machine(recs))
-    rows = []
+    rows: list[tuple[list[str], str]] = []
     for size in dict.fromkeys(r.get("size") for r in tr):
         eager = next((r for r in tr if r.get("size") == size and r.get("device") != "tpu"
                       and r.get("mode") == "eager"), {})
         e_first = eager.get("first_step_s")
         if e_first:
-            rows.append([size, f"{ref} eager", "", _s(e_first), _s(eager.get("steady_s")),
-                         _f(e_first / eager["steady_s"], ".1f") + "x" if eager.get("steady_s") else "—",
-                         "", "1.0x"])
+            ratio = f"{e_first / eager['steady_s']:.1f}x" if eager.get("steady_s") else "—"
+            rows.append(([size, f"{ref} eager", "", _s(e_first), _s(eager.get("steady_s")), ratio,
+                          "", "1.0x"], ""))
         for mode in ("strict", "fused", "compile"):
             for cache, bound in (("cold", COLD_TARGET), ("warm", WARM_TARGET)):
                 r = next((x for x in tr if x.get("size") == size and x.get("device") == "tpu"
@@ -187,24 +193,39 @@ def _targets(recs: list[dict[str, Any]]) -> list[str]:
                 if r is None:
                     continue
                 first, steady = r.get("first_step_s"), r.get("steady_s")
-                ratio = first / steady if first and steady else None
+                ratio_v = first / steady if first and steady else None
                 if mode == "compile":
-                    verdict = "(no target)"
-                elif ratio is None:
-                    verdict = "not measured" + (f" ({r.get('status')})" if r.get("status") != "ok" else "")
+                    verdict, shown = "", "(no target)"
+                elif ratio_v is None:
+                    verdict = "not measured"
+                    shown = f"≤ {bound:g}x: not measured" + (
+                        f" ({r.get('status')})" if r.get("status") != "ok" else "")
                 else:
-                    verdict = "met" if ratio <= bound else "missed"
-                rows.append([size, f"tpu {mode}", cache, _s(first), _s(steady),
-                             f"{ratio:.1f}x" if ratio else "—",
-                             f"≤ {bound:g}x: {verdict}" if mode != "compile" else verdict,
-                             f"{first / e_first:.1f}x" if first and e_first else "—"])
+                    verdict = "met" if ratio_v <= bound else "missed"
+                    shown = f"≤ {bound:g}x: {verdict}"
+                rows.append(([size, f"tpu {mode}", cache, _s(first), _s(steady),
+                              f"{ratio_v:.1f}x" if ratio_v else "—", shown,
+                              f"{first / e_first:.1f}x" if first and e_first else "—"], verdict))
+    return rows
+
+
+def _verdicts(recs: list[dict[str, Any]]) -> list[str]:
+    return [v for _, v in _target_rows(recs) if v]
+
+
+def _targets(recs: list[dict[str, Any]]) -> list[str]:
+    rows = _target_rows(recs)
+    if not rows:
+        return []
+    ref = _ref_label(_machine(recs))
     return (["### First step against steady step (issue 30's targets)", "",
              f"Cold: an empty TPUC_CACHE_DIR; warm: a second process with the same cache. "
              f"Targets for strict and fused: cold first step ≤ {COLD_TARGET:g}x the steady step, "
              f"warm ≤ {WARM_TARGET:g}x; the last column states each first step against {ref} "
              "eager's first step.", ""]
             + _table(["size", "contender", "cache", "first step s", "steady step s",
-                      "first / steady", "target", f"first / {ref} eager first"], rows))
+                      "first / steady", "target", f"first / {ref} eager first"],
+                     [cells for cells, _ in rows]))
 
 
 def _losses(recs: list[dict[str, Any]]) -> list[str]:
@@ -232,12 +253,14 @@ def _coexist(recs: list[dict[str, Any]]) -> list[str]:
                 "both": f"TPUC_PLATFORM set, {ref} then tpu in one process"}.get(c["case"], c["case"])
         losses = c.get("ref_losses") or []
         tl = c.get("tpu_losses") or []
+        d = (c.get("loss_vs_ref") or {}).get("max_rel_diff")
         rows.append([what, str(c.get("status")), str(c.get("accelerator")),
                      str(c.get("tpuc_imported")),
-                     " ".join(f"{v:.4f}" for v in losses + tl),
+                     " ".join(f"{v:.4f}" for v in losses + tl), _f(d, ".1e", ""),
                      str(c.get("error") or "")[:200]])
     return (["### Beside PyTorch's own CUDA (issue 31)", ""]
-            + _table(["process", "status", "torch.accelerator", "tpuc imported", "losses", "error"],
+            + _table(["process", "status", "torch.accelerator", "tpuc imported", "losses",
+                      "tpu vs ref (max rel)", "error"],
                      rows))
 
 
@@ -275,7 +298,8 @@ def _ctests(recs: list[dict[str, Any]]) -> list[str]:
     return (["### C core tests on the plugin", ""]
             + _table(["test", "status", "s", "last line / failures"],
                      [[c["test"], str(c.get("status")), _s(c.get("seconds")),
-                       (" / ".join(c.get("fail_lines") or []) or str(c.get("last_line") or ""))[:300]]
+                       (str(c.get("last_line") or "") if c.get("status") == "pass" else
+                        " / ".join(c.get("fail_lines") or []) or str(c.get("last_line") or ""))[:300]]
                       for c in ct]))
 
 

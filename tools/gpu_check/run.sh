@@ -19,8 +19,10 @@ set -u
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
-DRY=${GPU_CHECK_DRY:-0}
-[ "$DRY" = 0 ] || [ "$DRY" = "" ] && DRY=0 || DRY=1
+case "${GPU_CHECK_DRY:-0}" in
+  ""|0|no|off|false) DRY=0 ;;
+  *) DRY=1 ;;
+esac
 if [ "$DRY" = 1 ]; then
   OUT=${OUT:-$SRC/build/gpu_check-dry}
   export GPU_CHECK_DEADLINE=${GPU_CHECK_DEADLINE:-150}
@@ -50,7 +52,7 @@ if [ -z "$PY" ]; then
   exit 2
 fi
 export GPU_CHECK_PYTHON=$PY PYTHONUNBUFFERED=1
-record() { "$PY" "$HERE/common.py" record "$@"; }
+record() { "$PY" "$HERE/checklib.py" record "$@"; }
 say "gpu-check: $([ "$DRY" = 1 ] && echo 'DRY RUN (CPU)' || echo GPU) src=$SRC out=$OUT python=$PY deadline=${GPU_CHECK_DEADLINE}s"
 
 if [ "$DRY" = 0 ]; then
@@ -61,10 +63,12 @@ if [ "$DRY" = 0 ]; then
   JOBS=$(nproc)
   # the C core and its tests, in the background while pip builds the package
   if command -v cmake >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
-    export GPU_CHECK_C_BUILD=${GPU_CHECK_C_BUILD:-/tmp/gpu_check-c}
+    export GPU_CHECK_C_BUILD=${GPU_CHECK_C_BUILD:-/tmp/gpu_check-c} GPU_CHECK_C_BUILD_BG=1
+    mkdir -p "$GPU_CHECK_C_BUILD" && rm -f "$GPU_CHECK_C_BUILD/gpu_check_build.rc"
     (
       cmake -S "$SRC" -B "$GPU_CHECK_C_BUILD" -G Ninja -DTPUC_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release \
-        > "$OUT/logs/c_build.log" 2>&1 && timeout 240 ninja -C "$GPU_CHECK_C_BUILD" -j "$JOBS" >> "$OUT/logs/c_build.log" 2>&1
+        > "$OUT/logs/c_build.log" 2>&1 \
+        && timeout 240 nice -n 10 ninja -C "$GPU_CHECK_C_BUILD" -j "$JOBS" >> "$OUT/logs/c_build.log" 2>&1
       echo $? > "$GPU_CHECK_C_BUILD/gpu_check_build.rc"
     ) &
   else

@@ -9,7 +9,7 @@ The check runs in one of two modes:
   the sizes are tiny and the deadline short. It runs every phase of the script on a machine
   without a GPU, so the script is tested before the few minutes of a lent GPU are spent.
 
-Also a command line for run.sh: ``python3 common.py record KIND key=value ...`` appends one
+Also a command line for run.sh: ``python3 checklib.py record KIND key=value ...`` appends one
 record (values parsed as JSON where they parse, else kept as text).
 """
 from __future__ import annotations
@@ -181,7 +181,7 @@ def _value(text: str) -> Any:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] != "record":
-        print("usage: common.py record KIND key=value ...", file=sys.stderr)
+        print("usage: checklib.py record KIND key=value ...", file=sys.stderr)
         return 2
     fields = {}
     for arg in argv[2:]:
