@@ -4,8 +4,8 @@ few; the script must not first fail there.
 
 - test_report_*: report.py on hand-written records (no processes; fast).
 - test_dry_run_quick: run.sh end to end with a subset (machine, coexist, train at the small
-  size, strict mode cold and warm): ~35 s here. Part of the normal run.
-- test_dry_run_full: every phase and contender (~2 min on 2 cores): only with
+  size, strict mode cold and warm): 26 s here, 40 s with the 2 cores busy. Part of the normal run.
+- test_dry_run_full: every phase and contender (2-3 min on 2 cores): only with
   TPUC_GPU_CHECK_FULL=1 (`make gpu-check-dry` runs the same thing).
 """
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_dry_run_quick(tmp_path: Any) -> None:
 
 
 @pytest.mark.skipif(os.environ.get("TPUC_GPU_CHECK_FULL") != "1",
-                    reason="every phase of the dry run (~2 min): TPUC_GPU_CHECK_FULL=1")
+                    reason="every phase of the dry run (2-3 min): TPUC_GPU_CHECK_FULL=1")
 def test_dry_run_full(tmp_path: Any) -> None:
     recs, md, took = _dry_run(tmp_path, 240)
     kinds = {r["kind"] for r in recs}

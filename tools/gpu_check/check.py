@@ -140,7 +140,7 @@ try:
     import tpuc._plugin as p
     c = p.find_plugin()
     out["plugin"] = c.path
-    out["plugin_why"] = getattr(c, "reason", None) or getattr(c, "why", None)
+    out["plugin_source"] = c.source
 except Exception as e:
     out["plugin_error"] = f"{type(e).__name__}: {e}"
 try:
@@ -339,8 +339,8 @@ def plan() -> list[Contender]:
             if mode in S.modes:
                 out.append(Contender(size, "tpu", mode, "cold", t_cold))
                 out.append(Contender(size, "tpu", mode, "warm", t_warm))
-        if "ref_compile" in S.modes:
-            out.append(Contender(size, ref, "compile", "", 120 if big else 60))
+        if "ref_compile" in S.modes:  # inductor's first compile of fwd + bwd + AdamW: long
+            out.append(Contender(size, ref, "compile", "", 150 if big else 90))
     return out
 
 
