@@ -217,7 +217,8 @@ TPY    := $(TVENV)/bin/python
 TPIP   := PIP_CONSTRAINT=$(CURDIR)/$(TVENV)/constraints.txt $(TPY) -m pip
 TSTAMP := $(TVENV)/.tpuc-installed
 # the version slice: device, autograd, compile (dynamo backend, AOTAutograd), the coexistence
-# policy, distributed (device support in one process, collectives and DDP/FSDP2 in two)
+# policy, the torch-version shims, distributed (device support in one process, DDP in two);
+# the full slice adds compiled steps, FSDP2 and one HF model
 TORCH_SLICE_CI := tests/test_device.py tests/test_autograd.py tests/test_compile.py \
   tests/test_coexistence.py tests/test_torch_compat.py tests/distributed/test_device_support.py \
   tests/distributed/test_collectives.py::test_registration tests/distributed/test_dist_parity.py::test_ddp_parity
