@@ -20,6 +20,8 @@
 # make test-serve   the serving tests (tests/serving) in .venv-serve
 # make gpu-check    on a machine with an NVIDIA GPU: build tpuc, then tools/gpu_check -> $OUT/report.md
 # make gpu-check-dry  the same script on the CPU (XLA CPU plugin vs torch CPU, tiny sizes)
+# make test-torch TORCH=2.14.1     tpuc built and tested against another torch, in .venv-torch-2.14.1
+# make test-torch-ci TORCH=2.14.1  the same venv, the short slice (device, autograd, compile, dist)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -32,6 +34,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: setup install test check-layers docs test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 .PHONY: gpu-check gpu-check-dry
+.PHONY: torch-setup test-torch test-torch-ci
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -235,3 +238,45 @@ gpu-check:
 
 gpu-check-dry:
 	GPU_CHECK_DRY=1 GPU_CHECK_PYTHON=$(abspath $(PY)) bash tools/gpu_check/run.sh
+
+# Another torch version (docs/install.md "Torch versions"): a venv of its own, torch pinned by a
+# constraints file that replaces the machine's pip constraint (PIP_CONSTRAINT), tpuc built in a
+# build folder of its own (CMake's cache names the venv's torch). `make setup` keeps 2.13.0.
+TORCH  ?= 2.14.1
+TVENV  := .venv-torch-$(TORCH)
+TPY    := $(TVENV)/bin/python
+TPIP   := PIP_CONSTRAINT=$(CURDIR)/$(TVENV)/constraints.txt $(TPY) -m pip
+TSTAMP := $(TVENV)/.tpuc-installed
+# the version slice: device, autograd, compile (dynamo backend, AOTAutograd), the coexistence
+# policy, the torch-version shims, distributed (device support in one process, DDP in two);
+# the full slice adds compiled steps, FSDP2 and one HF model
+TORCH_SLICE_CI := tests/test_device.py tests/test_autograd.py tests/test_compile.py \
+  tests/test_coexistence.py tests/test_torch_compat.py tests/distributed/test_device_support.py \
+  tests/distributed/test_collectives.py::test_registration tests/distributed/test_dist_parity.py::test_ddp_parity
+TORCH_SLICE := $(TORCH_SLICE_CI) tests/test_inplace_weight_grads.py tests/test_compiled_step.py \
+  tests/distributed/test_dist_parity.py tests/models/test_families.py::test_family_matches_cpu[llama]
+
+$(TVENV)/.deps:
+	$(PYTHON) -m venv $(TVENV)
+	echo "torch==$(TORCH)" > $(TVENV)/constraints.txt
+	$(TPIP) install -q --upgrade pip
+	$(TPIP) install -q torch==$(TORCH)
+	$(TPIP) install -q xla-cpu-pjrt numpy pytest scikit-build-core cmake ninja expecttest
+	touch $@
+
+# the HF stack for the one model in the slice; optional: the model test skips without it
+$(TVENV)/.deps-hf: $(TVENV)/.deps
+	-$(TPIP) install -q transformers==5.24.0 safetensors==0.8.0 tokenizers==0.23.3 && touch $@
+
+$(TSTAMP): $(TVENV)/.deps $(CORE_SRC)
+	$(TPIP) install -q --no-build-isolation --no-deps -C build-dir=build/torch-$(TORCH) .
+	touch $@
+
+torch-setup: $(TSTAMP) $(TVENV)/.deps-hf
+
+test-torch: $(TSTAMP) $(TVENV)/.deps-hf
+	$(TVENV)/bin/tpuc info
+	$(TPY) -m pytest -q --durations=10 $(TORCH_SLICE)
+
+test-torch-ci: $(TSTAMP)
+	$(TPY) -m pytest -q --durations=10 $(TORCH_SLICE_CI)

@@ -52,6 +52,9 @@ def _info(as_json: bool) -> int:
         "libtpu": _version("libtpu"),
         "python": platform.python_version(),
     }
+    from . import _torch_compat
+
+    report["torch_shims"] = _torch_compat.active()
     report["environment"] = {
         k: v for k, v in sorted(os.environ.items()) if k.startswith("TPUC_")
     }
@@ -76,6 +79,8 @@ def _info(as_json: bool) -> int:
         f"{k} {v}" for k, v in report["versions"].items() if v and k != "tpuc"
     )
     print(f"versions:          {versions}")
+    print(f"torch shims:       {'; '.join(report['torch_shims']) or 'none'}"
+          f"  (supported torch {_torch_compat.SUPPORTED[0]} to {_torch_compat.SUPPORTED[1]})")
     for k, v in report["environment"].items():
         print(f"env:               {k}={v}")
     return 0

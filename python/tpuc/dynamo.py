@@ -489,7 +489,8 @@ def _split_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     wrong (step-1 grad norm 1.5e-3 off the CPU's, eager 1.4e-5; docs/torchtitan.md), cause not
     found yet."""
     from torch.fx.node import map_arg
-    from torch.fx.passes.split_module import split_module
+
+    from ._torch_compat import split_module_tuple_return
 
     parts = _backward_parts()
     _unwrap_deterministic_rng(gm)
@@ -512,8 +513,7 @@ def _split_runner(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
         src = n.args[0] if n.target is operator.getitem and n.args else None
         part[n] = part[src] if isinstance(src, torch.fx.Node) and src in part else k
     _remake_constants(gm, consts, part)
-    top = split_module(gm, None, lambda n: part[n], keep_original_order=True,
-                       tuple_return=True)
+    top = split_module_tuple_return(gm, lambda n: part[n])
     global _graphs_compiled
     with _lock:
         _graphs_compiled += 1  # one graph for dynamo_compiles, whatever its parts
