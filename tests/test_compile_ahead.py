@@ -1,0 +1,119 @@
+"""Strict mode's compile-ahead queue (csrc/core/exec/ahead.c, docs/execution.md "The first
+step"): ops whose programs are not compiled are queued while a pool compiles them, and the
+queue runs in order when something reads. Each case runs in a fresh process with the disk
+cache off, so every program is new to it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _run(code: str, **env: str) -> dict:
+    full = dict(os.environ, TPUC_CACHE_DIR="off", **env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=600, env=full, cwd=_HERE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+_OVERLAP = r"""
+import json, torch
+xs = [torch.randn(n) for n in range(40, 80)]       # 40 shapes: 40 programs never compiled
+dev = [x.to("tpu") for x in xs]
+torch.tpu.synchronize()
+s0 = torch.tpu.stats()
+outs = [(d * 3 + 1).tanh() for d in dev]          # recorded while the pool compiles
+s1 = torch.tpu.stats()
+got = [o.cpu() for o in outs]                      # reading runs the queue
+s2 = torch.tpu.stats()
+ok = all(torch.equal(g, (x * 3 + 1).tanh()) or torch.allclose(g, (x * 3 + 1).tanh(), rtol=1e-6, atol=1e-6)
+         for g, x in zip(got, xs))
+print(json.dumps({"ok": ok, "queued": s1["ahead_ops"] - s0["ahead_ops"],
+                  "ahead": s1["compiles_ahead"] - s0["compiles_ahead"],
+                  "compiles": s2["compiles"] - s0["compiles"],
+                  "queued_after": s2["ahead_ops"] - s1["ahead_ops"]}))
+"""
+
+
+def test_ops_are_recorded_while_their_programs_compile() -> None:
+    """120 ops over 40 new shapes: the host queues them (it does not wait for a compile
+    before the next op), the pool compiles their programs, the read runs them all, and the
+    values are the CPU's. Without the queue each op would wait for its compile in turn."""
+    out = _run(_OVERLAP)
+    assert out["ok"]
+    assert out["queued"] >= 100, out      # nearly every op queued behind the first compile
+    assert out["ahead"] >= 100, out       # mul, add and tanh for each of 40 shapes
+    assert out["compiles"] <= 120, out    # each program compiled once (joined, not twice)
+    assert out["queued_after"] == 0, out  # the read ran the queue: nothing is queued by reading
+
+
+def test_switch_off_runs_each_op_at_once() -> None:
+    out = _run(_OVERLAP, TPUC_COMPILE_AHEAD="0")
+    assert out["ok"] and out["queued"] == 0 and out["ahead"] == 0, out
+
+
+_TRAIN = r"""
+import json, sys, torch
+sys.path.insert(0, "../examples")
+from llama import Llama, LlamaConfig
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_seq_len=16)
+m = Llama(cfg).to("tpu")
+opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+g = torch.Generator().manual_seed(1)
+losses, mid = [], None
+for step in range(4):
+    x = torch.randint(0, 64, (4, 16), generator=g).to("tpu")
+    _, loss = m(x, x)
+    if step == 1:
+        mid = m.layers[0].attention.wq.weight[0, :4].tolist()  # a read in the middle of a step
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+params = {n: p.detach().cpu().flatten().tolist() for n, p in m.named_parameters()}
+s = torch.tpu.stats()
+print(json.dumps({"losses": losses, "mid": mid, "params": params,
+                  "queued": s["ahead_ops"], "fallbacks": sum(s["fallbacks"].values())}))
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_training_is_bit_identical_with_and_without_the_queue(threads: str) -> None:
+    """Four AdamW steps (parameters updated in place, a host read in the middle of a step):
+    the queue runs the same programs in the same order over the same buffers, so every loss
+    and parameter is equal bit for bit to the run without it."""
+    on = _run(_TRAIN, TPUC_COMPILE_THREADS=threads)
+    off = _run(_TRAIN, TPUC_COMPILE_AHEAD="0")
+    assert on["queued"] > 0 and off["queued"] == 0
+    assert on["fallbacks"] == off["fallbacks"] == 0
+    assert on["losses"] == off["losses"]
+    assert on["mid"] == off["mid"]
+    assert on["params"] == off["params"]
+
+
+_FALLBACK = r"""
+import json, warnings, torch
+warnings.simplefilter("ignore")
+x = torch.linspace(-2, 2, 37)
+d = x.to("tpu")
+y = (d * 1.5 + 0.25).sin()            # queued: new programs
+z = torch.special.i1e(y)              # no lowering: the CPU fallback reads y
+w = (z * 2).cos()                     # back on the device
+ref = (torch.special.i1e((x * 1.5 + 0.25).sin()) * 2).cos()
+s = torch.tpu.stats()
+print(json.dumps({"err": (w.cpu() - ref).abs().max().item(), "queued": s["ahead_ops"],
+                  "fallbacks": sum(s["fallbacks"].values())}))
+"""
+
+
+def test_a_cpu_fallback_reads_what_the_queue_computes() -> None:
+    out = _run(_FALLBACK, TPUC_FALLBACK="silent")
+    assert out["queued"] > 0 and out["fallbacks"] >= 1, out  # i1e has no lowering (yet)
+    assert out["err"] <= 1e-6, out
