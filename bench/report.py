@@ -223,6 +223,7 @@ def write(root: str, machine: dict, quick: bool) -> str:
     L.append(f"- torch {machine.get('torch')}, tpuc {machine.get('tpuc')}, "
              f"xla-cpu-pjrt {machine.get('xla-cpu-pjrt')}, Python {machine.get('python')}")
     L.append(f"- device \"tpu\": {machine.get('tpu_device', 'n/a')}")
+    L.append("- on a GPU: [gpu.md](gpu.md) (the GPU check's report, not written by `make bench`)")
     if quick:
         L.append("- **quick mode**: small sizes and few repetitions; numbers are indicative only.")
     L.append("")
