@@ -286,6 +286,26 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L += ["", f"Cold / warm disk: {r.get('cold_over_disk', 0):.1f}x; cold / warm memory: "
                       f"{r['cold_over_warm']:.1f}x. Compiles in each later step: "
                       f"{r['compiles_per_step_after_first']}.", ""]
+    if "first_step" in res:
+        r = res["first_step"]
+        L += _header(r)
+        if r.get("error"):
+            L += [f"Error: `{r['error'][-300:]}`", ""]
+        if r.get("rows"):
+            L += ["| size | contender | first step, cold s | warm s | steady s | cold / steady | "
+                  "warm / steady | cold / CPU's first | programs | ops queued |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+            for row in r["rows"]:
+                if row.get("warm_first_s") is None:
+                    L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
+                             f"| {row['steady_s']:.3f} | | | | | |")
+                    continue
+                L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
+                         f"{row['warm_first_s']:.2f} | {row['steady_s']:.3f} | "
+                         f"{row['cold_over_steady']:.1f}x | {row['warm_over_steady']:.1f}x | "
+                         f"{row['cold_over_cpu_first']:.1f}x | {row['programs']} | "
+                         f"{row['ops_queued']} |")
+            L.append("")
     if "memory" in res:
         r = res["memory"]
         L += _header(r)

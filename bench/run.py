@@ -16,7 +16,7 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
-CASES = ["dispatch", "roofline", "train_step", "compile_time", "memory", "host_heap",
+CASES = ["dispatch", "roofline", "train_step", "compile_time", "first_step", "memory", "host_heap",
          "op_profile",
          "collectives_core",
          "torchtitan",

@@ -10,8 +10,8 @@
  * program. A compile's result or error is only put in the cache: the op's own
  * compile, when the op runs, returns the error at the op. PJRT's compile is
  * thread-safe; the workers are started on the first submission and joined
- * by tpuc_runtime_destroy. TPUC_COMPILE_THREADS bounds them (default: the
- * cores this process may use, at most 8). */
+ * by tpuc_runtime_destroy. TPUC_COMPILE_THREADS sets how many (default: the
+ * cores this process may use, at most 8; one on the XLA CPU plugin). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <sched.h>
 #include <stdlib.h>
@@ -37,12 +37,18 @@ struct tpuc_compile_pool {
   tpuc_runtime *rt;
 };
 
-static int default_threads(void) {
+static int default_threads(const tpuc_runtime *rt) {
   const char *v = getenv("TPUC_COMPILE_THREADS");
   if (v && *v) {
     int n = atoi(v);
     return n < 1 ? 1 : n > 8 ? 8 : n;
   }
+  /* The XLA CPU plugin compiles one program at a time per client: with two
+   * threads each compile took twice as long (180 programs: 4.9 s of compile
+   * with one thread, 10.7 s summed over two, the same wall time and one core
+   * busy; docs/execution.md). One thread there: the gain is the overlap of
+   * recording with compiling. */
+  if (tpuc_plugin_kind_of(rt->plugin.path) == TPUC_PLUGIN_CPU) return 1;
   int n = 1;
 #ifdef CPU_COUNT
   cpu_set_t set;
@@ -92,7 +98,7 @@ static struct tpuc_compile_pool *pool_of(tpuc_runtime *rt) {
       pthread_cond_init(&p->work, NULL);
       pthread_cond_init(&p->idle, NULL);
       p->rt = rt;
-      int want = default_threads();
+      int want = default_threads(rt);
       for (int i = 0; i < want; i++)
         if (!pthread_create(&p->threads[p->nthreads], NULL, worker, p)) p->nthreads++;
       if (!p->nthreads) {

@@ -1,0 +1,108 @@
+"""Time to the first training step of examples/llama.py at two sizes, in strict mode with
+and without the compile-ahead queue (TPUC_COMPILE_AHEAD) and in fused mode, each with a cold
+compile cache (an empty directory) and a warm one (a second process on the same directory),
+against the same process's steady step and PyTorch CPU eager's first step. Each contender is
+a fresh process; contenders alternate (A B C A B C ...) and medians are reported."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from .common import tpu_available
+
+COMMAND = "make bench BENCH_CASES=first_step"
+
+_CHILD = r"""
+import json, sys, time
+import torch
+sys.path.insert(0, sys.argv[1])
+from llama import Llama, LlamaConfig
+dev, mode, dim, layers, batch, seq = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:8])
+if dev == "tpu":
+    torch.tpu.set_eager_mode(mode)
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=256, dim=dim, n_layers=layers, n_heads=max(4, dim // 32),
+                  hidden_dim=(8 * dim // 3 + 7) // 8 * 8, max_seq_len=seq)
+t0 = time.perf_counter()
+m = Llama(cfg).to(dev)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+g = torch.Generator().manual_seed(1)
+times = []
+for i in range(5):
+    x = torch.randint(0, 256, (batch, seq), generator=g).to(dev)
+    t = time.perf_counter()
+    _, loss = m(x, x); loss.backward(); opt.step(); opt.zero_grad(); loss.item()
+    times.append(time.perf_counter() - t)
+out = {"first_s": times[0], "steady_s": sorted(times[2:])[1]}
+if dev == "tpu":
+    s = torch.tpu.stats()
+    out.update(compiles=s["compiles"], disk_hits=s["disk_hits"], ahead_ops=s["ahead_ops"])
+print(json.dumps(out))
+"""
+
+SIZES = {"small": (128, 2, 4, 64), "medium": (256, 4, 8, 256)}  # dim, layers, batch, seq
+CONTENDERS = [("strict, compile-ahead", "tpu", "strict", {}),
+              ("strict, ahead off", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "0"}),
+              ("fused", "tpu", "fused", {})]
+
+
+def _child(examples: str, dev: str, mode: str, size: tuple, env: dict) -> dict:
+    r = subprocess.run([sys.executable, "-c", _CHILD, examples, dev, mode, *map(str, size)],
+                       capture_output=True, text=True, timeout=900, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run(quick: bool) -> dict:
+    if not tpu_available():
+        return {"title": "First step", "command": COMMAND, "rows": [],
+                "notes": "tpu unavailable on this install"}
+    examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+    sizes = ["small"] if quick else ["small", "medium"]
+    reps = 1 if quick else 3
+    rows = []
+    try:
+        for size in sizes:
+            samples: dict[str, list[dict]] = {}
+            for _ in range(reps):
+                for name, dev, mode, extra in CONTENDERS:  # interleaved
+                    with tempfile.TemporaryDirectory() as cache:
+                        env = dict(os.environ, TPUC_CACHE_DIR=cache, **extra)
+                        cold = _child(examples, dev, mode, SIZES[size], env)
+                        warm = _child(examples, dev, mode, SIZES[size], env)
+                    samples.setdefault(name, []).append({"cold": cold, "warm": warm})
+                cpu = _child(examples, "cpu", "eager", SIZES[size], dict(os.environ))
+                samples.setdefault("cpu", []).append({"cold": cpu})
+            cpu_first = statistics.median(s["cold"]["first_s"] for s in samples["cpu"])
+            for name, *_ in CONTENDERS:
+                ss = samples[name]
+                med = lambda f: statistics.median(f(s) for s in ss)  # noqa: E731
+                steady = med(lambda s: s["cold"]["steady_s"])
+                cold, warm = med(lambda s: s["cold"]["first_s"]), med(lambda s: s["warm"]["first_s"])
+                rows.append({"size": size, "contender": name, "cold_first_s": cold,
+                             "warm_first_s": warm, "steady_s": steady,
+                             "cold_over_steady": cold / steady, "warm_over_steady": warm / steady,
+                             "cold_over_cpu_first": cold / cpu_first,
+                             "programs": ss[0]["cold"]["compiles"],
+                             "warm_compiles": ss[0]["warm"]["compiles"],
+                             "ops_queued": ss[0]["cold"]["ahead_ops"]})
+            rows.append({"size": size, "contender": "PyTorch CPU eager", "cold_first_s": cpu_first,
+                         "warm_first_s": None, "steady_s": statistics.median(
+                             s["cold"]["steady_s"] for s in samples["cpu"])})
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        return {"title": "First step", "command": COMMAND, "rows": rows, "error": str(e)[-2000:]}
+    return {
+        "title": "First step: cold and warm compile cache, compile-ahead on and off",
+        "command": COMMAND,
+        "rows": rows,
+        "notes": (f"examples/llama.py, sizes (dim, layers, batch, seq): "
+                  f"{', '.join(f'{k} {SIZES[k]}' for k in sizes)}; AdamW; {reps} fresh process(es) "
+                  "per contender, interleaved, medians. 'first' is the first step's wall time "
+                  "(forward, backward, optimizer, loss.item()); 'steady' the median of steps "
+                  "3-5 of the same process. Targets (issue 30): cold <= 3x steady, warm <= 1.2x."),
+    }
