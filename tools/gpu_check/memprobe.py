@@ -5,8 +5,9 @@ GPU's memory with both processes alive (READY_DIR/go), then allocates more and c
 usage: memprobe.py NAME {tpu,cuda,cpu} READY_DIR MIB_FIRST MIB_SECOND
 
 The CUDA PJRT plugin preallocates 75% of the GPU for its client unless its create options
-say otherwise, so a second client (another tpuc process, or PyTorch's CUDA caching
-allocator beside it) may find no memory left: that is what this measures. Prints one line
+say otherwise (tpuc says preallocate=false: csrc/core/runtime/client_options.c), so a second
+client (another tpuc process, or PyTorch's CUDA caching allocator beside it) would find no
+memory left: that is what this measures. Prints one line
 `RESULT {json}`.
 """
 from __future__ import annotations

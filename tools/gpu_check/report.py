@@ -282,10 +282,10 @@ def _memory(recs: list[dict[str, Any]]) -> list[str]:
         rows.append([c["case"], str(c.get("status")), used, "; ".join(per)])
     return (["### Memory: two clients on one GPU", "",
              "Each pair of processes holds a buffer at once (then allocates more); the GPU's "
-             "memory is read with both alive. tpuc sends the CUDA plugin no allocator create "
-             "options (csrc/core/runtime/runtime.c make_options: cpu_device_count for the CPU "
-             "plugin, node_id/num_nodes across processes), so the plugin's defaults apply "
-             "(preallocate, 75% of the GPU). `env-probe`: the same pair with "
+             "memory is read with both alive. tpuc tells the CUDA plugin not to preallocate "
+             "(csrc/core/runtime/client_options.c: preallocate=false, memory_fraction=0.9 "
+             "unless TPUC_GPU_PREALLOCATE / TPUC_GPU_MEMORY_FRACTION say otherwise), so each "
+             "client should hold about what it allocated. `env-probe`: the same pair with "
              "XLA_PYTHON_CLIENT_PREALLOCATE=false, XLA_PYTHON_CLIENT_MEM_FRACTION=.3, "
              "TF_FORCE_GPU_ALLOW_GROWTH=true, to see whether the plugin reads any of them.", ""]
             + _table(["case", "status", "GPU memory used (both alive)", "processes"], rows))
