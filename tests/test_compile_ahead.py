@@ -1,5 +1,5 @@
 """Strict mode's compile-ahead queue (csrc/core/exec/ahead.c, docs/execution.md "The first
-step"): ops whose programs are not compiled are queued while a pool compiles them, and the
+step"; opt-in, TPUC_COMPILE_AHEAD=1): ops whose programs are not compiled are queued while a pool compiles them, and the
 queue runs in order when something reads. Each case runs in a fresh process with the disk
 cache off, so every program is new to it."""
 from __future__ import annotations
@@ -15,7 +15,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run(code: str, **env: str) -> dict:
-    full = dict(os.environ, TPUC_CACHE_DIR="off", **env)
+    full = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_COMPILE_AHEAD="1")  # opt-in
+    full.update(env)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=600, env=full, cwd=_HERE)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -53,8 +54,9 @@ def test_ops_are_recorded_while_their_programs_compile() -> None:
     assert out["queued_after"] == 0, out  # the read ran the queue: nothing is queued by reading
 
 
-def test_switch_off_runs_each_op_at_once() -> None:
-    out = _run(_OVERLAP, TPUC_COMPILE_AHEAD="0")
+@pytest.mark.parametrize("value", ["0", ""])
+def test_off_by_default_and_with_0(value: str) -> None:
+    out = _run(_OVERLAP, TPUC_COMPILE_AHEAD=value)
     assert out["ok"] and out["queued"] == 0 and out["ahead"] == 0, out
 
 

@@ -1,5 +1,5 @@
 """Time to the first training step of examples/llama.py at two sizes, in strict mode with
-and without the compile-ahead queue (TPUC_COMPILE_AHEAD) and in fused mode, each with a cold
+and without the compile-ahead queue (TPUC_COMPILE_AHEAD=1, opt-in) and in fused mode, each with a cold
 compile cache (an empty directory) and a warm one (a second process on the same directory),
 against the same process's steady step and PyTorch CPU eager's first step. Each contender is
 a fresh process; contenders alternate (A B C A B C ...) and medians are reported."""
@@ -45,8 +45,8 @@ print(json.dumps(out))
 """
 
 SIZES = {"small": (128, 2, 4, 64), "medium": (256, 4, 8, 256)}  # dim, layers, batch, seq
-CONTENDERS = [("strict, compile-ahead", "tpu", "strict", {}),
-              ("strict, ahead off", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "0"}),
+CONTENDERS = [("strict, TPUC_COMPILE_AHEAD=1", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "1"}),
+              ("strict", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "0"}),
               ("fused", "tpu", "fused", {})]
 
 

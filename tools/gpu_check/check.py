@@ -340,9 +340,9 @@ def plan() -> list[Contender]:
                 out.append(Contender(size, "tpu", mode, "cold", t_cold))
                 out.append(Contender(size, "tpu", mode, "warm", t_warm))
             if mode == "strict" and mode in S.modes and not big:
-                # strict mode without the compile-ahead queue (TPUC_COMPILE_AHEAD=0): what the
-                # queue buys on this plugin, cold
-                out.append(Contender(size, "tpu", "strict-noahead", "cold", t_cold))
+                # strict mode with the compile-ahead queue (TPUC_COMPILE_AHEAD=1, opt-in): what
+                # the queue buys on this plugin, cold
+                out.append(Contender(size, "tpu", "strict-ahead", "cold", t_cold))
         if "ref_compile" in S.modes:  # inductor's first compile of fwd + bwd + AdamW: long
             out.append(Contender(size, ref, "compile", "", 150 if big else 90))
     return out
@@ -391,7 +391,7 @@ def phase_train(end: float) -> None:
             continue
         result = os.path.join(TMP, c.name.replace("/", "_") + ".json")
         argv = [S.python, os.path.join(HERE, "bench_one.py"), "--device", c.device, "--mode",
-                c.mode.replace("-noahead", ""), "--size", c.size, "--steps", str(S.steps), "--dtype", S.dtype,
+                c.mode.replace("-ahead", ""), "--size", c.size, "--steps", str(S.steps), "--dtype", S.dtype,
                 "--result", result]
         extra: dict[str, str] = {}
         if c.device == "tpu":
@@ -399,8 +399,8 @@ def phase_train(end: float) -> None:
             if c.cache == "cold":
                 caches[key] = tempfile.mkdtemp(prefix="cache-", dir=TMP)
             env = tpu_env(caches[key])
-            if c.mode.endswith("-noahead"):
-                extra["TPUC_COMPILE_AHEAD"] = "0"
+            if c.mode.endswith("-ahead"):
+                extra["TPUC_COMPILE_AHEAD"] = "1"
             if c.mode == "compile" and not split_ok:
                 # torch.fx's split_module has no tuple_return before torch 2.12 (notes/gpu.md):
                 # one backward program needs no split

@@ -104,7 +104,7 @@ struct tpuc_runtime {
   atomic_int fused_replay_off; /* exec/fused_replay.c: chunks are always recorded */
   struct tpuc_pending *pending; /* one per device */
   struct tpuc_ahead *ahead;     /* exec/ahead.c: one queue per device */
-  bool compile_ahead;           /* TPUC_COMPILE_AHEAD (default on) */
+  bool compile_ahead;           /* TPUC_COMPILE_AHEAD=1 (default off) */
   int64_t ahead_ops;            /* ops queued ahead of their compile, under fast_lock */
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 

@@ -265,7 +265,9 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   rt->dot_rewrite = switch_on("TPUC_DOT_REWRITE");
   rt->slice_inplace = switch_on("TPUC_SLICE_INPLACE");
   rt->scalar_cache = switch_on("TPUC_SCALAR_CACHE");
-  rt->compile_ahead = switch_on("TPUC_COMPILE_AHEAD");
+  /* opt-in (docs/execution.md, "The first step"): TPUC_COMPILE_AHEAD=1 */
+  const char *ahead = getenv("TPUC_COMPILE_AHEAD");
+  rt->compile_ahead = ahead && !strcmp(ahead, "1");
   rt->xnn_may_capture = xnn_may_capture();
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   *out = rt;

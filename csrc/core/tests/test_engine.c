@@ -650,6 +650,9 @@ int main(void) {
     return 1;
   }
   setenv("TPUC_FUSED_MIN_PERIOD", "1", 1); /* the fused tests use two-op loops */
+  /* strict ops queue ahead of their compiles (exec/ahead.c, opt-in for users): every strict
+     test here runs through the queue and the compile pool, under ASan too */
+  setenv("TPUC_COMPILE_AHEAD", "1", 1);
   tpuc_runtime_options opts = {NULL, 0, "off", 0}; /* the disk tier has its own tests */
   tpuc_status *s = tpuc_runtime_create(&opts, &rt);
   if (s) {
