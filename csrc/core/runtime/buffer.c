@@ -77,26 +77,6 @@ static tpuc_status *check_shape(const tpuc_runtime *rt, int device, tpuc_dtype d
   return NULL;
 }
 
-/* Sets every field of a new buffer (one reference, counted as a live object;
- * the caller accounts its bytes). Field by field, not as one memset, which
- * the compiler would turn back into calloc (see tpuc_buffer_wrap). */
-static void fill(tpuc_buffer *b, tpuc_runtime *rt, pj_buffer *pb, int device, tpuc_dtype dtype,
-                 int ndim, const int64_t *dims, int64_t numel) {
-  atomic_init(&b->refs, 1);
-  atomic_init(&b->donated, false);
-  atomic_init(&b->unaccounted, false);
-  b->rt = rt;
-  b->buf = pb;
-  b->device = device;
-  b->dtype = dtype;
-  b->ndim = ndim;
-  memset(b->dims, 0, sizeof b->dims);
-  if (ndim) memcpy(b->dims, dims, (size_t)ndim * sizeof *dims);
-  b->numel = numel;
-  b->nbytes = (size_t)numel * tpuc_dtype_size(dtype);
-  atomic_fetch_add(&rt->live_objects, 1);
-}
-
 tpuc_status *tpuc_buffer_wrap(tpuc_runtime *rt, int device, pj_buffer *pb, tpuc_dtype dtype,
                               int ndim, const int64_t *dims, tpuc_buffer **out) {
   int64_t numel = 0;
@@ -115,8 +95,20 @@ tpuc_status *tpuc_buffer_wrap(tpuc_runtime *rt, int device, pj_buffer *pb, tpuc_
     if (destroy) tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&d), NULL));
     return s;
   }
-  fill(b, rt, pb, device, dtype, ndim, dims, numel);
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->donated, false);
+  atomic_init(&b->unaccounted, false);
+  b->rt = rt;
+  b->buf = pb;
+  b->device = device;
+  b->dtype = dtype;
+  b->ndim = ndim;
+  memset(b->dims, 0, sizeof b->dims);
+  if (ndim) memcpy(b->dims, dims, (size_t)ndim * sizeof *dims);
+  b->numel = numel;
+  b->nbytes = (size_t)numel * tpuc_dtype_size(dtype);
   tpuc_runtime_account(rt, device, (int64_t)b->nbytes);
+  atomic_fetch_add(&rt->live_objects, 1);
   *out = b;
   return NULL;
 }
@@ -302,8 +294,19 @@ tpuc_status *tpuc_buffer_shape_only(tpuc_runtime *rt, int device, tpuc_dtype dty
   if (s) return s;
   tpuc_buffer *b = malloc(sizeof *b);
   if (!b) return tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
-  fill(b, rt, NULL, device, dtype, ndim, dims, numel);
-  atomic_store(&b->unaccounted, true); /* holds no memory */
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->donated, false);
+  atomic_init(&b->unaccounted, true); /* holds no memory */
+  b->rt = rt;
+  b->buf = NULL;
+  b->device = device;
+  b->dtype = dtype;
+  b->ndim = ndim;
+  memset(b->dims, 0, sizeof b->dims);
+  if (ndim) memcpy(b->dims, dims, (size_t)ndim * sizeof *dims);
+  b->numel = numel;
+  b->nbytes = (size_t)numel * tpuc_dtype_size(dtype);
+  atomic_fetch_add(&rt->live_objects, 1);
   *out = b;
   return NULL;
 }
