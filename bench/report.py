@@ -27,14 +27,24 @@ def _span(s: dict, digits: int = 3) -> str:
     return f"{_fmt(s['median'], digits)} [{_fmt(s['min'], digits)}, {_fmt(s['max'], digits)}]"
 
 
+# The CPU model of the run the page is written for (set by write()); a section measured on
+# another CPU says so, since its numbers do not compare with the others'.
+_PAGE_CPU: str | None = None
+
+
 def _header(r: dict) -> list[str]:
-    """A case's section title, the command that produced it and its notes."""
+    """A case's section title, the case and results file behind every number in it, the
+    command that produced it, the run (date, CPU) and its notes."""
     m = r.get("machine") or {}
     run = (f"Run: {m.get('date', '?')}, {m.get('cpu', '?')}, "
            + ("**quick mode** (small sizes, few repetitions: indicative only)" if r.get("quick")
               else "full size"))
-    return [f"## {r['title']}", "", f"Command: `{r['command']}`", "", run, "",
-            r.get("notes", ""), ""]
+    if _PAGE_CPU and m.get("cpu") and m.get("cpu") != _PAGE_CPU:
+        run += f" (**another CPU than the page's {_PAGE_CPU}**: compare within this section only)"
+    case = r.get("case")
+    src = [f"Source: `bench/cases/{case}.py`, results `bench/results/{case}.json`", ""] if case else []
+    return [f"## {r['title']}", ""] + src + [f"Command: `{r['command']}`", "", run, "",
+                                             r.get("notes", ""), ""]
 
 
 def _plot_dispatch(res: dict, path: str) -> bool:
@@ -122,8 +132,10 @@ def _tuning_section(r: dict) -> list[str]:
 def rewrite(root: str) -> str:
     """Renders docs/performance.md again from bench/results/ (no measuring)."""
     res = _load(root)
-    any_case = next(iter(res.values()))
-    return write(root, any_case["machine"], quick=any_case.get("quick", False))
+    # the page's machine is the latest run's (the results' file names sort otherwise)
+    latest = max((r for r in res.values() if r.get("machine")),
+                 key=lambda r: r["machine"].get("date") or "")
+    return write(root, latest["machine"], quick=latest.get("quick", False))
 
 
 def _decode_section(r: dict) -> list[str]:
@@ -218,8 +230,24 @@ def write(root: str, machine: dict, quick: bool) -> str:
              "contenders ran interleaved (A B A B ...) and medians are quoted with [min, max]. "
              "The machine is shared and noisy: compare ratios within a table, not across runs.")
     L.append("")
+    global _PAGE_CPU
+    _PAGE_CPU = machine.get("cpu")
+    L.append("Every number below comes from the bench case named under its section's title "
+             "(`bench/cases/<case>.py`, its last run's results in `bench/results/<case>.json`). "
+             "Guides that quote a number name the case it comes from.")
+    L.append("")
     L.append(f"- date: {machine.get('date')}")
     L.append(f"- machine: {machine.get('nproc')} cores, {machine.get('cpu')}")
+    cpus: dict[str, list[str]] = {}
+    for name, r in res.items():
+        c = (r.get("machine") or {}).get("cpu")
+        if c and r.get("title"):
+            cpus.setdefault(c, []).append(name)
+    if len(cpus) > 1:
+        L.append("- the sections come from runs on " + str(len(cpus)) + " CPU models: "
+                 + "; ".join(f"{c}: {', '.join(sorted(n))}" for c, n in sorted(cpus.items()))
+                 + ". Absolute numbers compare only within one CPU model; ratios within a table "
+                 "hold on either.")
     L.append(f"- torch {machine.get('torch')}, tpuc {machine.get('tpuc')}, "
              f"xla-cpu-pjrt {machine.get('xla-cpu-pjrt')}, Python {machine.get('python')}")
     L.append(f"- device \"tpu\": {machine.get('tpu_device', 'n/a')}")
