@@ -29,7 +29,6 @@ import re
 import shlex
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -250,17 +249,82 @@ def _block_env(code: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in m.group(1).split()) if m else {}
 
 
+# Variables read when the device runtime is created (at the first tpu tensor), not at
+# `import torch`: a forked child may still set them (checked: a child of a process that
+# imported torch sets TPUC_CPU_DEVICE_COUNT=4 and sees 4 devices).
+_LAZY_ENV = {"TPUC_CPU_DEVICE_COUNT"}
+
+# Runs jobs [{name, code, env, timeout}] (JSON on stdin): torch is imported once, the device is
+# never created in this process, and each job runs in a forked child (two at a time) as a
+# fresh `__main__`: its own device runtime, eager mode and counters, only the import shared.
+_RUNNER = r"""
+import json, os, signal, sys, tempfile, traceback
+jobs = json.load(sys.stdin)
+import torch
+assert not torch.tpu.is_initialized(), "the runner must not create the device"
+out_dir, results, running = tempfile.mkdtemp(prefix="docs-blocks-"), {}, {}
+def start(job):
+    path = os.path.join(out_dir, str(len(results) + len(running)))
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1); os.dup2(fd, 2)
+        os.environ.update(job["env"])
+        signal.alarm(job["timeout"])
+        code = 0
+        try:
+            exec(compile(job["code"], job["name"], "exec"), {"__name__": "__main__"})
+        except SystemExit as e:
+            code = 0 if e.code in (None, 0) else 1
+            if code: print("SystemExit:", e.code)
+        except BaseException:
+            traceback.print_exc(); code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+    running[pid] = (job["name"], path)
+queue = list(jobs)
+while queue or running:
+    while queue and len(running) < 2:
+        start(queue.pop(0))
+    pid, status = os.wait()
+    name, path = running.pop(pid)
+    with open(path) as f:
+        results[name] = {"status": status, "output": f.read()[-3000:]}
+print("RESULTS " + json.dumps(results))
+"""
+
+
+def run_python_blocks(jobs: list[tuple[str, str]]) -> dict[str, tuple[bool, str]]:
+    """{name: (ok, output)} for python blocks [(code, name)], run as _RUNNER does; a block
+    that asks for a variable read at `import torch` gets an interpreter of its own."""
+    shared, own = [], []
+    for code, name in jobs:
+        env = _block_env(code)
+        job = {"name": name, "code": code, "env": env, "timeout": PY_TIMEOUT}
+        (own if set(env) - _LAZY_ENV else shared).append(job)
+    out: dict[str, tuple[bool, str]] = {}
+    for batch, env in [(shared, {})] + [([j], j["env"]) for j in own]:
+        if not batch:
+            continue
+        r = subprocess.run([sys.executable, "-c", _RUNNER], cwd=ROOT, input=json.dumps(batch),
+                           env=dict(os.environ, **env), capture_output=True, text=True,
+                           timeout=PY_TIMEOUT * len(batch) + 60)
+        line = next((x for x in r.stdout.splitlines() if x.startswith("RESULTS ")), None)
+        if line is None:
+            for j in batch:
+                out[j["name"]] = (False, f"the runner failed: {r.stderr[-1500:]}")
+            continue
+        for name, res in json.loads(line[len("RESULTS "):]).items():
+            st = res["status"]
+            why = ("" if st == 0 else f"killed by signal {st & 0x7f} (SIGALRM: over {PY_TIMEOUT} s)"
+                   if st & 0x7f else f"exit status {st >> 8}")
+            out[name] = (st == 0, f"{why}\n{res['output']}")
+    return out
+
+
 def run_python(code: str, name: str) -> list[str]:
-    env = dict(os.environ, **_block_env(code))
-    env.setdefault("TPUC_FALLBACK", "warn")
-    try:
-        r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=PY_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return [f"{name}: did not finish in {PY_TIMEOUT} s"]
-    if r.returncode != 0:
-        return [f"{name}: exit status {r.returncode}: {r.stderr.strip()[-800:]}"]
-    return []
+    ok, output = run_python_blocks([(code, name)])[name]
+    return [] if ok else [f"{name}: {output.strip()[-1500:]}"]
 
 
 def check_page(path: str, run: bool = True) -> list[str]:
@@ -300,26 +364,42 @@ def test_every_nav_page_exists_and_the_allow_lists_name_pages():
         assert listed in pages, f"{listed} is allow-listed but not in the nav"
 
 
-def test_every_page_starts_with_a_command_that_works():
-    pages = [os.path.join(DOCS, p) for p in nav_pages()]
-    # shell checks first (cheap), then the python blocks two at a time
-    problems = []
-    for p in pages:
-        problems += check_page(p, run=False)
-    runnable = []
-    for p in pages:
-        name = os.path.basename(p)
-        with open(p) as f:
+_BROKEN = "import torch\nx = torch.ones(2, device='tpu')\nraise SystemExit('the example is wrong')\n"
+
+_PROBE = """
+import json, sys, torch
+sys.path.insert(0, "tools")
+import docs_api, tpuc.device as d
+torch.ones(1, device="tpu").add(1).cpu()
+print("PROBE " + json.dumps([docs_api.public_names(d), sorted(torch.tpu.stats())]))
+"""
+
+
+@pytest.fixture(scope="module")
+def block_runs() -> dict[str, tuple[bool, str]]:
+    """Every runnable first block of the nav's pages, and the reference probe, run once."""
+    jobs = []
+    for p in nav_pages():
+        with open(os.path.join(DOCS, p)) as f:
             block = first_block(f.read())
-        if block and block[0] == "python" and name not in NOT_RUN and name not in NO_COMMAND:
-            runnable.append((block[1], name))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for found in pool.map(lambda a: run_python(*a), runnable):
-            problems += found
+        if block and block[0] == "python" and p not in NOT_RUN and p not in NO_COMMAND:
+            jobs.append((block[1], p))
+    jobs.append((_PROBE, "reference-probe"))
+    jobs.append((_BROKEN, "broken-example"))  # must fail: test_the_checker_fails_on_a_broken_page
+    return run_python_blocks(jobs)
+
+
+def test_every_page_starts_with_a_command_that_works(block_runs):
+    problems = []
+    for p in nav_pages():
+        problems += check_page(os.path.join(DOCS, p), run=False)  # parsing, imports, shell
+    for name, (ok, output) in block_runs.items():
+        if not ok and name not in ("reference-probe", "broken-example"):
+            problems.append(f"{name}: {output.strip()[-1500:]}")
     assert not problems, "\n".join(problems)
 
 
-def test_the_checker_fails_on_a_broken_page(tmp_path):
+def test_the_checker_fails_on_a_broken_page(tmp_path, block_runs):
     page = tmp_path / "broken.md"
     page.write_text("# Broken\n\n```bash\nmake no-such-target\npython -m tpuc.no_such_module\n"
                     "tpuc no-such-subcommand\nfrobnicate --now\n```\n")
@@ -330,8 +410,8 @@ def test_the_checker_fails_on_a_broken_page(tmp_path):
     assert any("frobnicate" in p for p in problems), problems
     page.write_text("# Broken\n\n```python\nfrom tpuc.device import no_such_name\n```\n")
     assert any("no_such_name" in p for p in check_page(str(page))), "import not caught"
-    page.write_text("# Broken\n\n```python\nraise SystemExit('the example is wrong')\n```\n")
-    assert any("exit status" in p for p in check_page(str(page))), "failing block not caught"
+    ok, output = block_runs["broken-example"]  # a block that raises, run like the pages' blocks
+    assert not ok and "exit status 1" in output and "the example is wrong" in output, output
     page.write_text("# No command\n\nText.\n\n## Section\n\n```bash\nmake test\n```\n")
     assert check_page(str(page)) == [f"broken.md: no fenced block before its first `## ` heading"]
 
@@ -369,16 +449,11 @@ def test_make_page_lists_every_target():
     assert not missing, f"Makefile targets not in docs/make.md: {missing}"
 
 
-def test_api_and_stats_pages_list_what_the_code_has():
-    code = ("import json, sys, torch\n"
-            f"sys.path.insert(0, {os.path.join(ROOT, 'tools')!r})\n"
-            "import docs_api, tpuc.device as d\n"
-            "torch.ones(1, device='tpu').add(1).cpu()\n"
-            "print(json.dumps([docs_api.public_names(d), sorted(torch.tpu.stats())]))\n")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       timeout=PY_TIMEOUT)
-    assert r.returncode == 0, r.stderr[-800:]
-    names, keys = json.loads(r.stdout.strip().splitlines()[-1])
+def test_api_and_stats_pages_list_what_the_code_has(block_runs):
+    ok, output = block_runs["reference-probe"]
+    assert ok, output
+    line = next(x for x in output.splitlines() if x.startswith("PROBE "))
+    names, keys = json.loads(line[len("PROBE "):])
     with open(os.path.join(DOCS, "api.md")) as f:
         api = f.read()
     with open(os.path.join(DOCS, "stats.md")) as f:
