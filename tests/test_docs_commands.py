@@ -204,8 +204,10 @@ def check_shell(body: str) -> list[str]:
                 if t not in targets:
                     problems.append(f"make {t}: no such target in the Makefile")
                     continue
+                env = {k: v for k, v in os.environ.items()
+                       if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # under `make test` too
                 r = subprocess.run(["make", "-n", t], cwd=ROOT, capture_output=True, text=True,
-                                   timeout=60)
+                                   timeout=60, env=env)
                 if r.returncode != 0:
                     problems.append(f"make -n {t} failed: {r.stderr.strip()[-300:]}")
         elif prog in ("python", "python3", "torchrun") or re.match(r"python3(\.\d+)?$", prog):
