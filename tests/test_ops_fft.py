@@ -100,6 +100,9 @@ def test_out_and_onesided_false():
     assert rel_err(out, ref) <= 8 * rel_err(torch.fft.fft(x), ref) + 64 * torch.finfo(torch.float32).eps
     # a real input through fft: _fft_r2c with onesided=False (the full spectrum)
     check(lambda t: torch.ops.aten._fft_r2c(t, [1], 0, False), x)
+    # no dims: a copy
+    z = rnd(3, 4, dtype=torch.complex64)
+    assert torch.equal(torch.ops.aten._fft_c2c(z.to(DEV), [], 2, True).cpu(), z)
     assert new_fallbacks(before) == []
 
 

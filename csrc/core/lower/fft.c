@@ -44,7 +44,7 @@ static tv scale_by(ir_graph *g, tv x, double s) {
 static int fft_dims(const tpuc_lower_ctx *cx, int r, int64_t *d) {
   const int64_t *v;
   int n = lx_ints(cx, 1, &v);
-  if (n < 1 || n > r) return -1;
+  if (n < 0 || n > r) return -1;
   for (int i = 0; i < n; i++) {
     if (v[i] < -r || v[i] >= r) return -1;
     d[i] = lx_dim(v[i], r);
@@ -107,7 +107,11 @@ static tpuc_status *lower_fft(tpuc_lower_ctx *cx, fft_op op) {
   int r = xt.ndim;
   int64_t d[TPUC_MAX_DIMS], perm[TPUC_MAX_DIMS], inv[TPUC_MAX_DIMS];
   int k = fft_dims(cx, r, d);
-  if (k < 0) return lx_unimplemented(cx, "fft: dim list not understood");
+  if (k < 0 || (k == 0 && op != K_C2C)) return lx_unimplemented(cx, "fft: dim list not understood");
+  if (k == 0 && ir_is_complex(xt.dtype) && ot.dtype == xt.dtype) { /* fftn(x, dim=()): a copy */
+    cx->results[0] = lo_out(g, x, ot);
+    return NULL;
+  }
   int64_t norm = lx_int(cx, 2, NORM_NONE);
   if (norm < NORM_NONE || norm > NORM_N) return lx_unimplemented(cx, "fft: unknown normalization");
   bool real_in = op == K_R2C;
