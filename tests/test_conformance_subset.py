@@ -30,7 +30,7 @@ TRANSFORMER_OPS = [
 ]
 # The FFT and factorisation families (lower/fft.c, lower/linalg.c; issue 34).
 FFT_LINALG_OPS = [
-    "fft.fft", "fft.ifft", "fft.rfft", "fft.irfft", "fft.fft2", "fft.hfft", "fft.rfftn",
+    "fft.fft", "fft.ifft", "fft.rfft", "fft.irfft", "fft.fft2", "fft.hfft", "fft.rfftn", "stft",
     "linalg.cholesky", "linalg.cholesky_ex", "cholesky", "cholesky_solve", "cholesky_inverse",
     "linalg.solve_triangular", "triangular_solve",
 ]
