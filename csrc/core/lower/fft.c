@@ -18,8 +18,9 @@
  *
  * Platforms: XLA's CPU compiler runs fft through its own FFT library (any
  * length, f32/f64); a TPU compiler accepts fft over up to 3 trailing dims in
- * f32/complex64 (no f64 there: a float64 program is refused by its compiler,
- * not declined here). No custom call is used. f16/bf16 are declined (the CPU
+ * f32/complex64 (a TPU has no f64; whether its compiler emulates or refuses a
+ * float64 fft is its business, not declined here: untested, no TPU at hand).
+ * No custom call is used. f16/bf16 are declined (the CPU
  * has no half-precision FFT either): they run on the CPU fallback. */
 #include "lower_ops.h"
 
