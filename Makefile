@@ -168,6 +168,7 @@ difftest: $(STAMP)
 
 # OpInfo conformance sweep: every entry x {f32,bf16,f16,f64,i64,i32,bool}, 2 worker processes,
 # the compile cache on disk as usual (TPUC_CACHE_DIR); CONFORMANCE_ARGS="--ops add,mul --samples 2".
+# CONFORMANCE_ARGS="--ops 'fft.*' --merge" re-runs only those entries and keeps the other rows.
 conformance: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m tests.conformance $(CONFORMANCE_ARGS)
 

@@ -481,6 +481,13 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L.append(f"| {row['workload']} ({row['unit']}) | {_span(row['off'])} | "
                      f"{_span(row['on'])} | {row['ratio']:.2f}x |")
         L.append("")
+    if "fft_linalg" in res and res["fft_linalg"].get("rows"):
+        r = res["fft_linalg"]
+        L += _header(r) + ["| workload | native | CPU fallback | fallback / native |", "|---|---|---|---|"]
+        for row in r["rows"]:
+            L.append(f"| {row['workload']} ({row['unit']}) | {_span(row['native'])} | "
+                     f"{_span(row['fallback'])} | {row['ratio']:.2f}x |")
+        L.append("")
     if "tuning" in res:
         L += _tuning_section(res["tuning"])
     if "grpo" in res:

@@ -26,6 +26,7 @@ CASES = ["dispatch", "roofline", "train_step", "compile_time", "first_step", "me
          "dist_train",
          "decode",
          "bounds",
+         "fft_linalg",
          "tuning",
          "serving",
          "grpo",

@@ -1,6 +1,7 @@
 """CI's slice of the OpInfo conformance sweep (tests/conformance, `make conformance`).
 
-The ops a transformer's training step uses, float32, 2 sample inputs each, run through the
+The ops a transformer's training step uses and one or more of each family given a lowering
+since (FFT, factorisations), float32, 2 sample inputs each, run through the
 same worker subprocesses as the full sweep. Each must pass or be a listed known failure,
 and must run natively wherever docs/op_coverage.json (the committed full sweep) says it did,
 so a lowering that regresses to the CPU fallback fails here."""
@@ -27,12 +28,19 @@ TRANSFORMER_OPS = [
     "contiguous", "cat", "stack", "where", "masked_fill", "nn.functional.dropout",
     "nn.functional.scaled_dot_product_attention", "tril", "triu", "index_select", "gather", "clamp",
 ]
+# The FFT and factorisation families (lower/fft.c, lower/linalg.c; issue 34).
+FFT_LINALG_OPS = [
+    "fft.fft", "fft.ifft", "fft.rfft", "fft.irfft", "fft.fft2", "fft.hfft", "fft.rfftn", "stft",
+    "linalg.cholesky", "linalg.cholesky_ex", "cholesky", "cholesky_solve", "cholesky_inverse",
+    "linalg.solve_triangular", "triangular_solve",
+]
+OPS = TRANSFORMER_OPS + FFT_LINALG_OPS
 DTYPE = "float32"
 
 
 @pytest.fixture(scope="module")
 def outcomes() -> dict[str, dict[str, Any]]:
-    results = pool.run([(op, DTYPE) for op in TRANSFORMER_OPS], samples=2, workers=2, timeout_s=120)
+    results = pool.run([(op, DTYPE) for op in OPS], samples=2, workers=2, timeout_s=120)
     return {r["op"]: r for r in results}
 
 
@@ -41,7 +49,7 @@ def committed() -> dict[str, Any]:
     return json.loads(COVERAGE.read_text())["ops"]
 
 
-@pytest.mark.parametrize("op", TRANSFORMER_OPS)
+@pytest.mark.parametrize("op", OPS)
 def test_op(op: str, outcomes: dict[str, dict[str, Any]], committed: dict[str, Any]) -> None:
     r = outcomes[op]
     if r["cls"] in ("mismatch", "error"):

@@ -57,6 +57,24 @@ def sweep(ops: list[str], dtypes: list[str], samples: int, grad_samples: int | N
     return results
 
 
+def merged(path: Path, results: list[dict[str, Any]], meta: dict[str, Any]
+           ) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+    """The committed sweep at `path` with the entries of `results` replacing its own: the
+    results of both, the committed dtypes, and its meta with the re-run noted."""
+    old = json.loads(path.read_text())
+    fresh = {(r["op"], r["dtype"]) for r in results}
+    kept = []
+    for op, per in old["ops"].items():
+        for dt, e in per.items():
+            if (op, dt) not in fresh:
+                kept.append({"op": op, "dtype": dt, "cls": e["class"], "detail": e.get("detail", ""),
+                             "fallbacks": e.get("fallbacks", {})})
+    base = {k: old[k] for k in ("torch", "platform", "samples", "workers", "seconds")}
+    reruns = list(old.get("reruns", [])) + [{"entries": sorted({op for op, _ in fresh}),
+                                             "torch": meta["torch"], "seconds": meta["seconds"]}]
+    return kept + results, old["dtypes"], {**base, "reruns": reruns}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.conformance", description=__doc__)
     ap.add_argument("--ops", help="comma-separated OpInfo keys or globs (default: all)")
@@ -68,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "docs", help="where op_coverage.{md,json} go")
     ap.add_argument("--no-report", action="store_true", help="do not write the docs")
     ap.add_argument("--rebuild", type=Path, help="only rebuild the docs from this results.json")
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only the swept (op, dtype) entries of the existing "
+                         "op_coverage.json and keep the others (a targeted re-run of a few ops)")
     a = ap.parse_args(argv)
     dtypes = [d.strip() for d in a.dtypes.split(",") if d.strip()]
     raw = REPO / "build" / "conformance" / "results.json"
@@ -87,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 "samples": a.samples, "workers": a.workers, "seconds": round(time.monotonic() - start, 1)}
         raw.parent.mkdir(parents=True, exist_ok=True)
         raw.write_text(json.dumps({"meta": meta, "results": results}) + "\n")
+    if a.merge:
+        results, dtypes, meta = merged(a.out / "op_coverage.json", results, meta)
     doc = report.build(results, dtypes, meta)
     if not a.no_report:
         report.write(doc, a.out)

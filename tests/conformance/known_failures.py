@@ -20,8 +20,9 @@ _TRUNC = ("the CPU is the one off: it rounds a/b to the 16-bit type before trunc
           "-> 18), tpu truncates the exact quotient (17, the float64 result); 1-3 elements of 250-500")
 _IHFFT_OUT = ("out= only: the CPU's own aten::_fft_c2c.out kernel leaves elements of `out` unwritten "
               "for this sample (a one-dim ihfft2, ihfftn with s=(8)): on the CPU, out= differs from the "
-              "functional result by up to 3.6e30 (uninitialized memory); tpu runs that op through the "
-              "CPU fallback and inherits it. The functional form passes; values vary from run to run")
+              "functional result by up to 3.6e30 (uninitialized memory); tpu computes it natively (lower/fft.c) "
+              "and writes every element, so the CPU's out= is the wrong side. The functional form passes; "
+              "values vary from run to run")
 _BN_HALF = ("training, 16-bit input: save_mean/save_invstd come back float32, as PyTorch's Meta kernel "
             "(which gives the glue every output's dtype) and CUDA's kernels return them, where the CPU "
             "returns the input dtype (the Meta kernel disagreeing with the CPU, the device follows Meta); "

@@ -76,8 +76,11 @@ def markdown(doc: dict[str, Any]) -> str:
            "Classes: **N** native pass (no fallback counted while it ran), **F** fallback pass "
            "(passed, some op ran on the CPU), **M** mismatch, **E** error, **S** skipped "
            "(reason in op_coverage.json), **–** no CPU support for the dtype (also skipped). "
-           "Every M and E is listed with its reason in tests/conformance/known_failures.py.", "",
-           "## Summary", "",
+           "Every M and E is listed with its reason in tests/conformance/known_failures.py.", ""]
+    for r in doc.get("reruns", []):
+        out += [f"Re-run since with `--merge` (torch {r['torch']}, {r['seconds'] / 60:.1f} minutes), "
+                f"replacing their rows: {', '.join(r['entries'])}.", ""]
+    out += ["## Summary", "",
            "| dtype | entries | native pass | fallback pass | mismatch | error | skipped (of which no CPU dtype) | native / entries | native / CPU-supported |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for dt in dts:

@@ -604,6 +604,30 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
                 (long long)n->a[0]);
       break;
     }
+    case N_FFT: {
+      static const char *kinds[] = {"FFT", "IFFT", "RFFT", "IRFFT"};
+      sb_printf(b, "\"stablehlo.fft\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {fft_type = #stablehlo<fft_type %s>, ", kinds[n->sub & 3]);
+      put_array(b, "fft_length", n->a + 1, (int)n->a[0]);
+      sb_printf(b, "}");
+      break;
+    }
+    case N_CHOLESKY:
+      sb_printf(b, "\"stablehlo.cholesky\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {lower = %s}", n->sub ? "true" : "false");
+      break;
+    case N_TRIANGULAR_SOLVE: {
+      static const char *tr[] = {"NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"};
+      sb_printf(b, "\"stablehlo.triangular_solve\"");
+      put_operands(b, g, n);
+      sb_printf(b, " {left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = "
+                   "#stablehlo<transpose %s>}",
+                n->sub & 1 ? "true" : "false", n->sub & 2 ? "true" : "false",
+                n->sub & 4 ? "true" : "false", tr[(n->sub >> 3) % 3]);
+      break;
+    }
     case N_RNG:
       sb_printf(b, "\"stablehlo.rng_bit_generator\"");
       put_operands(b, g, n);

@@ -566,7 +566,8 @@ bool ir_depends_on(const ir_graph *g, tv v, tv on, const tv *stop, int nstop) {
       seen[o - on] = 1;
       int kind = g->nodes[o].kind;
       if (o != on && (kind == N_REDUCE || kind == N_ARGREDUCE || kind == N_REDUCE_WINDOW ||
-                      kind == N_DOT || kind == N_CONV || kind == N_SORT ||
+                      kind == N_DOT || kind == N_CONV || kind == N_SORT || kind == N_FFT ||
+                      kind == N_CHOLESKY || kind == N_TRIANGULAR_SOLVE ||
                       kind == N_ALL_REDUCE || kind == N_ALL_GATHER ||
                       kind == N_REDUCE_SCATTER || kind == N_ALL_TO_ALL))
         continue;

@@ -140,6 +140,23 @@ tv ir_reduce_window(ir_graph *g, tv x, tv init, ir_reducer r, const int64_t *win
 tv ir_dot_general(ir_graph *g, tv a, tv b, const int64_t *a_batch, const int64_t *b_batch,
                   int nbatch, const int64_t *a_contract, const int64_t *b_contract, int ncontract,
                   tpuc_dtype out_dtype);
+/* ir/linalg.c: StableHLO's fft over the trailing n (1-3) dims with fft
+ * lengths `lengths`: FFT/IFFT complex -> complex (IFFT divides by the
+ * product of the lengths), RFFT real -> complex (last dim lengths[n-1]/2+1),
+ * IRFFT complex (last dim lengths[n-1]/2+1) -> real. */
+typedef enum { IR_FFT_FFT, IR_FFT_IFFT, IR_FFT_RFFT, IR_FFT_IRFFT } ir_fft_kind;
+tv ir_fft(ir_graph *g, tv x, ir_fft_kind kind, const int64_t *lengths, int n);
+/* ir/linalg.c: the Cholesky factor of each [..., M, M] matrix of a (f32, f64,
+ * complex): lower (L L^H = a, reading a's lower triangle) or upper (U^H U = a).
+ * The other triangle of the result is unspecified: callers mask it. A matrix
+ * that is not positive definite gives NaN (XLA) from its failing column on. */
+tv ir_cholesky(ir_graph *g, tv a, bool lower);
+/* ir/linalg.c: x with op(a) x = b (left) or x op(a) = b; a [..., M, M]
+ * triangular (only the `lower` or upper triangle read), b [..., M, N] (left)
+ * or [..., N, M]; the same batch dims. */
+typedef enum { IR_TRANSPOSE_NO, IR_TRANSPOSE_T, IR_TRANSPOSE_ADJOINT } ir_transpose_kind;
+tv ir_triangular_solve(ir_graph *g, tv a, tv b, bool left, bool lower, bool unit_diagonal,
+                       ir_transpose_kind transpose_a);
 /* NCHW input, OIHW weight (feature_group_count groups), 2 spatial dims.
  * padding: lo_h, hi_h, lo_w, hi_w (may be negative); dilations: 2 each. */
 tv ir_conv2d(ir_graph *g, tv input, tv weight, const int64_t *stride, const int64_t *padding,

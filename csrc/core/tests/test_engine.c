@@ -633,6 +633,42 @@ static void test_ir_dot_conv_misc(void) {
   ir_graph_destroy(g);
 }
 
+/* fft (RFFT, IFFT), cholesky and triangular_solve: printed, accepted, computed. */
+static void test_ir_fft_cholesky_trisolve(void) {
+  float x[4] = {1, 2, 3, 4}, a[4] = {4, 2, 2, 5}, b[2] = {2, 5};
+  int64_t d4 = 4, d22[2] = {2, 2}, d21[2] = {2, 1};
+  ir_graph *g = ir_graph_create();
+  tv pa = ir_param(g, ir_make_type(TPUC_F32, 2, d22));
+  CHECK(ir_fft(g, pa, IR_FFT_FFT, &d4, 1) == IR_NONE); /* real operand of a complex FFT */
+  CHECK(ir_error(g) && strstr(ir_error(g), "fft"));
+  ir_graph_destroy(g);
+  g = ir_graph_create();
+  tv px = ir_param(g, ir_make_type(TPUC_F32, 1, &d4));
+  pa = ir_param(g, ir_make_type(TPUC_F32, 2, d22));
+  tv pb = ir_param(g, ir_make_type(TPUC_F32, 2, d21));
+  tv spec = ir_fft(g, px, IR_FFT_RFFT, &d4, 1); /* [10, -2+2i, -2] */
+  CHECK(ir_typeof(g, spec)->dtype == TPUC_C64 && ir_typeof(g, spec)->dims[0] == 3);
+  ir_output(g, ir_unary(g, IR_REAL, spec));
+  tv c = ir_fft(g, ir_binary(g, IR_COMPLEX, px, ir_splat(g, ir_type_of(g, px), 0)), IR_FFT_FFT,
+                &d4, 1);
+  ir_output(g, ir_unary(g, IR_REAL, ir_fft(g, c, IR_FFT_IFFT, &d4, 1)));
+  tv l = ir_cholesky(g, pa, true); /* [[2, .], [1, 2]] */
+  ir_output(g, l);
+  ir_output(g, ir_triangular_solve(g, l, pb, true, true, false, IR_TRANSPOSE_NO)); /* [1, 2] */
+  tpuc_buffer *args[3] = {up(TPUC_F32, 1, &d4, x), up(TPUC_F32, 2, d22, a), up(TPUC_F32, 2, d21, b)};
+  float re[3], xs[4], lf[4], sol[2];
+  if (run_graph(g, args, 3, 0, re, sizeof re))
+    CHECK(fabsf(re[0] - 10) < 1e-5f && fabsf(re[1] + 2) < 1e-5f && fabsf(re[2] + 2) < 1e-5f);
+  if (run_graph(g, args, 3, 1, xs, sizeof xs))
+    CHECK(fabsf(xs[0] - 1) < 1e-5f && fabsf(xs[3] - 4) < 1e-5f);
+  if (run_graph(g, args, 3, 2, lf, sizeof lf))
+    CHECK(fabsf(lf[0] - 2) < 1e-6f && fabsf(lf[2] - 1) < 1e-6f && fabsf(lf[3] - 2) < 1e-6f);
+  if (run_graph(g, args, 3, 3, sol, sizeof sol))
+    CHECK(fabsf(sol[0] - 1) < 1e-6f && fabsf(sol[1] - 2) < 1e-6f);
+  for (int i = 0; i < 3; i++) tpuc_buffer_release(args[i]);
+  ir_graph_destroy(g);
+}
+
 static void test_ir_errors_are_reported(void) {
   ir_graph *g = ir_graph_create();
   int64_t d2 = 2, d3 = 3;
@@ -676,6 +712,7 @@ int main(void) {
   RUN(test_ir_argmax_sort);
   RUN(test_ir_reduce_window_gather_scatter);
   RUN(test_ir_dot_conv_misc);
+  RUN(test_ir_fft_cholesky_trisolve);
   RUN(test_ir_errors_are_reported);
   tpuc_runtime_destroy(rt);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);

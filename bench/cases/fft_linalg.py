@@ -1,0 +1,71 @@
+"""The FFT and factorisation lowerings (lower/fft.c, lower/linalg.c) against the CPU
+fallback they replaced.
+
+Side by side in one process, interleaved: each op with the op engine on (its lowering
+runs on the device) and with every op forced through the CPU fallback
+(tpuc._C._set_native_enabled(False), as TPUC_NATIVE=0 does), which is how these ops ran
+before they had a lowering: the inputs copied to the host, PyTorch's CPU kernel (pocketfft,
+LAPACK), the result copied back. Cases: a batch of 4096-point FFTs (rfft and complex
+fft), a 512x512 Cholesky factorisation and a 512x512 triangular solve with 512 right-hand
+sides. Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
+On the XLA CPU plugin both paths run on the same cores, so the ratio measures the round
+trip and the two libraries, not what a TPU gains (there the fallback also crosses PCIe)."""
+from __future__ import annotations
+
+import torch
+
+from ..timing import interleave
+from .common import sync, tpu_available
+
+COMMAND = "python -m bench.run --cases fft_linalg"
+
+
+def _cases(quick: bool):
+    g = torch.Generator().manual_seed(0)
+    batch = 16 if quick else 64
+    x = torch.randn(batch, 4096, generator=g).to("tpu")
+    z = torch.randn(batch, 4096, dtype=torch.complex64, generator=g).to("tpu")
+    n = 512
+    m = torch.randn(n, n, generator=g)
+    spd = (m @ m.T / n + torch.eye(n)).to("tpu")
+    tri = (torch.randn(n, n, generator=g) / n).tril() + 2 * torch.eye(n)
+    tri, rhs = tri.to("tpu"), torch.randn(n, n, generator=g).to("tpu")
+    return [
+        (f"rfft, {batch} x 4096 f32", lambda: torch.fft.rfft(x)),
+        (f"fft, {batch} x 4096 complex64", lambda: torch.fft.fft(z)),
+        ("cholesky, 512 x 512 f32", lambda: torch.linalg.cholesky_ex(spd)[0]),
+        ("solve_triangular, 512 x 512, 512 rhs f32",
+         lambda: torch.linalg.solve_triangular(tri, rhs, upper=False)),
+    ]
+
+
+def _timed(fn, native: bool, reps: int):
+    from tpuc import _C
+
+    def run():
+        before = _C._native_enabled()
+        _C._set_native_enabled(native)
+        try:
+            for _ in range(reps):
+                fn()
+            sync("tpu")
+        finally:
+            _C._set_native_enabled(before)
+
+    return run
+
+
+def run(quick: bool) -> dict:
+    title = "FFT and factorisations: native lowering vs the CPU fallback"
+    if not tpu_available():
+        return {"title": title, "command": COMMAND, "rows": [], "error": "no tpu device"}
+    repeats, reps = (3, 3) if quick else (9, 10)
+    rows = []
+    for name, fn in _cases(quick):
+        res = interleave({"native": _timed(fn, True, reps), "fallback": _timed(fn, False, reps)}, repeats)
+        nat, fb = res["native"].summary(1e3 / reps), res["fallback"].summary(1e3 / reps)
+        rows.append({"workload": name, "unit": "ms/call", "native": nat, "fallback": fb,
+                     "ratio": fb["median"] / nat["median"]})
+    return {"title": title, "command": COMMAND, "rows": rows,
+            "notes": "medians [min, max] of interleaved repetitions in one process; ratio = "
+                     "fallback / native (> 1: the lowering is faster)."}
