@@ -94,6 +94,19 @@ def dense_backward(grad: Tensor, indices: Tensor, offset2bag: Tensor, bag_size: 
     return grad.new_zeros(num_weights, grad.shape[1]).index_add(0, indices, rows)
 
 
+def backward(grad: Tensor, indices: Tensor, offsets: Tensor, offset2bag: Tensor, bag_size: Tensor,
+             maximum_indices: Tensor, num_weights: int, scale_grad_by_freq: bool, mode: int,
+             sparse: bool, per_sample_weights: Optional[Tensor], padding_idx: int = -1) -> Tensor:
+    """``_embedding_bag_backward`` (torch 2.14 gives it CPU/CUDA kernels, not a
+    composite): the dense gradient here; a sparse one on the CPU."""
+    if sparse:
+        return _cpu("_embedding_bag_backward(sparse=True)", torch.ops.aten._embedding_bag_backward.default,
+                    grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                    scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx)
+    return dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights,
+                          scale_grad_by_freq, mode, per_sample_weights, padding_idx)
+
+
 def per_sample_weights_backward(grad: Tensor, weight: Tensor, indices: Tensor, offsets: Tensor,
                                 offset2bag: Tensor, mode: int, padding_idx: int = -1) -> Tensor:
     """d out / d per_sample_weights[i] = <grad of i's bag, weight row of id i> (sum mode)."""
@@ -111,6 +124,7 @@ def register() -> None:
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("_embedding_bag", forward, "PrivateUse1")
     lib.impl("_embedding_bag_forward_only", forward, "PrivateUse1")
+    lib.impl("_embedding_bag_backward", backward, "PrivateUse1")
     lib.impl("_embedding_bag_dense_backward", dense_backward, "PrivateUse1")
     lib.impl("_embedding_bag_per_sample_weights_backward", per_sample_weights_backward, "PrivateUse1")
     _lib = lib
