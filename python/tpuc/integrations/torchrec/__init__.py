@@ -7,6 +7,8 @@ when the project that defines them is imported (no third-party file edited).
   imported;
 - ``fbgemm_ops``: the ``fbgemm::`` jagged/permute operators (fbgemm-gpu-cpu
   1.9.0 has CPU/CUDA kernels only), registered when fbgemm_gpu is imported;
+- ``tpu_kernel_ops``: the ``torchrec::`` lookups of TorchRec's own TPU compute
+  kernel ("unfused_tpu", the sharded path), registered when TorchRec defines them;
 - ``kjt_check``: ``check_kjt``, a clear error for a KeyedJaggedTensor whose
   lengths do not add up to its values; EmbeddingBagCollection.forward runs
   the same check (from the per-key lengths it reads anyway) on a "tpu" KJT.
@@ -39,8 +41,15 @@ def _on_embedding_modules(mod: ModuleType) -> None:
     patch_embedding_modules(mod)
 
 
+def _on_tpu_kernel_ops(_mod: ModuleType) -> None:
+    from . import tpu_kernel_ops
+
+    tpu_kernel_ops.register()
+
+
 def install() -> None:
     """Registers the kernels when fbgemm_gpu / torchrec are imported (now, if they are)."""
     _hooks.on_import("fbgemm_gpu", _on_fbgemm)
     _hooks.on_import("torchrec", _on_torchrec)
     _hooks.on_import("torchrec.modules.embedding_modules", _on_embedding_modules)
+    _hooks.on_import("torchrec.experimental.torch_tpu.pallas.ops", _on_tpu_kernel_ops)
