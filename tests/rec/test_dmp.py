@@ -87,7 +87,12 @@ def _trainable(dmp: torch.nn.Module) -> list[torch.Tensor]:
     return params
 
 
-def worker(rank: int, world: int, kind: str) -> dict:
+def worker(rank: int, world: int, kinds: tuple[str, ...]) -> dict[str, dict]:
+    """Both shardings in the same 2 processes (one start, one process group)."""
+    return {kind: _train_sharded(rank, world, kind) for kind in kinds}
+
+
+def _train_sharded(rank: int, world: int, kind: str) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -125,7 +130,7 @@ def _reference(dtype: torch.dtype, world: int) -> tuple[list[list[float]], dict[
             dense, kjt, labels = d.batch(SHAPE, step * world + rank, dtype)
             loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, kjt).squeeze(-1), labels)
             loss.backward()
-            losses[rank].append(float(loss))
+            losses[rank].append(float(loss.detach()))
         for p in model.parameters():
             p.grad /= world
         opt.step()
@@ -147,11 +152,24 @@ def _ok(got: torch.Tensor, cpu: torch.Tensor, ref: torch.Tensor) -> torch.Tensor
     return (got - ref).abs() <= 8 * (cpu.double() - ref).abs() + 64 * eps * (ref.abs() + ref.abs().max())
 
 
-@pytest.mark.parametrize("kind", ["tw", "rw"])
-def test_dmp_two_processes_match_one(kind: str) -> None:
-    per_rank = dist_harness.run(worker, WORLD, kind, timeout=150)
-    l_cpu, p_cpu = _reference(torch.float32, WORLD)
-    l_ref, p_ref = _reference(torch.float64, WORLD)
+KINDS = ("tw", "rw")  # table-wise, row-wise
+
+
+@pytest.fixture(scope="module")
+def sharded_runs() -> dict[str, list[dict]]:
+    per_rank = dist_harness.run(worker, WORLD, KINDS, timeout=170)
+    return {kind: [r[kind] for r in per_rank] for kind in KINDS}
+
+
+@pytest.fixture(scope="module")
+def references() -> tuple:
+    return _reference(torch.float32, WORLD), _reference(torch.float64, WORLD)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dmp_two_processes_match_one(kind: str, sharded_runs: dict, references: tuple) -> None:
+    per_rank = sharded_runs[kind]
+    (l_cpu, p_cpu), (l_ref, p_ref) = references
     for rank, r in enumerate(per_rank):
         got = torch.tensor(r["losses"], dtype=torch.float64)
         ok = _ok(got, torch.tensor(l_cpu[rank]), torch.tensor(l_ref[rank], dtype=torch.float64))

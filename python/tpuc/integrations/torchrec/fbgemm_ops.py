@@ -1,6 +1,6 @@
 """PrivateUse1 ("tpu") kernels for the ``fbgemm::`` operators TorchRec calls,
 each composed of aten ops the core lowers (cumsum, cat, index_select,
-searchsorted, index_add, repeat_interleave with a known output size).
+searchsorted, index_add).
 
 What it works around: fbgemm-gpu-cpu 1.9.0 (with torchrec 1.9.2, torch 2.14)
 registers these operators for CPU, CUDA and Meta only, so on "tpu" each one
@@ -55,15 +55,13 @@ def _permute_sparse(permute: Tensor, lengths: Tensor, values: Tensor, weights: O
                     permuted_lengths_sum: Optional[int]) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """Rows of `lengths` (2-D: features x batch, or 1-D: segments) reordered by
     `permute`, with their values (and weights) moved along."""
-    shape = lengths.shape
     rows = permute.to(torch.int64)
-    if lengths.dim() == 2:
-        nb = shape[1]
+    out_lengths = lengths.index_select(0, rows)
+    if lengths.dim() == 2:  # row r of the flat lengths: r*batch .. r*batch+batch-1
+        nb = lengths.shape[1]
         flat_rows = (rows.unsqueeze(1) * nb + torch.arange(nb, device=rows.device)).reshape(-1)
-        out_lengths = lengths.index_select(0, rows)
     else:
         flat_rows = rows
-        out_lengths = lengths.index_select(0, rows)
     flat = lengths.reshape(-1)
     offsets = complete_cumsum(flat.to(torch.int64))
     total = int(permuted_lengths_sum) if permuted_lengths_sum is not None else int(
