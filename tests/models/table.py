@@ -53,9 +53,9 @@ on tpu:0 with losses matching the CPU's. tests/models/test_diffusers.py (`make t
 CPU float32 run's own error + 16 float32 ulps.
 
 Decode speed (bench/cases/decode.py, `python -m bench.run --cases decode`; greedy `generate()`
-of a tiny 2-layer Llama, 32 new tokens, 9 interleaved repeats, medians; run 2026-12-01 13:46
-UTC on a shared 2-core Xeon at load ~24, so wall times spread widely - the CPU-seconds
-column agrees with them). Ratios to tpu strict, batch 1 / batch 8:
+of a tiny 2-layer Llama, 32 new tokens, 9 interleaved repeats, medians; results in `bench/results/decode.json`;
+measured on a loaded 2-core machine, so wall times spread widely - the CPU-seconds column
+agrees with them). Ratios to tpu strict, batch 1 / batch 8:
 
 | contender | tokens/s vs strict | CPU s vs strict | vs the CPU | tpu launches / token |
 |---|---|---|---|---|
