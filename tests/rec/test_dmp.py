@@ -27,11 +27,8 @@ WORLD = 2
 STEPS = 3
 LR = 0.1
 SHAPE = d.Shape(dim=16, dense_layers=(8, 16))  # TorchRec's TPU kernel wants dims in 16s
-# the ops the sharded step still runs on the CPU, with the reason (docs/torchrec.md)
-EXPECTED_FALLBACKS = {
-    "fbgemm::block_bucketize_sparse_features":
-        "row-wise input split: outputs sized by the data (not composed yet)",
-}
+# the ops the sharded step still runs on the CPU, with the reason (docs/torchrec.md): none
+EXPECTED_FALLBACKS: dict[str, str] = {}
 
 
 def _plan(model: torch.nn.Module, kind: str, world: int):  # type: ignore[no-untyped-def]

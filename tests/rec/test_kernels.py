@@ -122,3 +122,19 @@ def test_permute_pooled_embs() -> None:
     want = F.permute_pooled_embs(emb, off, perm, inv_off, inv)
     got = F.permute_pooled_embs(*(x.to("tpu") for x in (emb, off, perm, inv_off, inv)))
     assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_block_bucketize_sparse_features(weighted: bool) -> None:
+    """Row-wise sharding's split; ids past my_size blocks take the modulo path."""
+    lengths = torch.tensor([2, 0, 3, 1, 2, 1])  # 2 features x batch 3
+    ids = torch.tensor([5, 19, 0, 7, 12, 3, 25, 8, 1])
+    blocks = torch.tensor([10, 4])
+    w = torch.rand(9, generator=_gen(4)) if weighted else None
+    want = F.block_bucketize_sparse_features(lengths, ids, False, False, blocks, 2, w)
+    t = (lambda x: None if x is None else x.to("tpu"))
+    got = F.block_bucketize_sparse_features(t(lengths), t(ids), False, False, t(blocks), 2, t(w))
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if b is not None:
+            assert torch.equal(a.cpu(), b)

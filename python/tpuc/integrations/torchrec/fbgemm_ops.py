@@ -93,6 +93,49 @@ def permute_pooled_embs(pooled_embs: Tensor, offset_dim_list: Tensor, permute_li
     return pooled_embs.index_select(-1, cols)
 
 
+def block_bucketize_sparse_features(
+        lengths: Tensor, indices: Tensor, bucketize_pos: bool, sequence: bool, block_sizes: Tensor,
+        my_size: int, weights: Optional[Tensor] = None, batch_size_per_feature: Optional[Tensor] = None,
+        max_B: int = -1, block_bucketize_pos: Optional[list[Tensor]] = None, keep_orig_idx: bool = False,
+        total_num_blocks: Optional[Tensor] = None, keep_orig_idx_per_feature: Optional[Tensor] = None
+        ) -> tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """Row-wise sharding's input split: id i of feature f goes to bucket
+    i // block_sizes[f] (as i % block_sizes[f]), or, past my_size blocks, to
+    i % my_size (as i // my_size); the output is grouped by (bucket, bag), ids
+    keeping their order. Every output size is the input's (each id lands in
+    exactly one bucket), so a stable sort on (bucket, bag) places them. The
+    options row-wise training does not use go to FBGEMM's CPU kernel."""
+    plain = not (bucketize_pos or sequence or keep_orig_idx) and batch_size_per_feature is None \
+        and block_bucketize_pos is None and total_num_blocks is None and keep_orig_idx_per_feature is None
+    if not plain:
+        dev = lengths.device
+        host = lambda t: None if t is None else t.cpu()  # noqa: E731
+        out = torch.ops.fbgemm.block_bucketize_sparse_features(
+            lengths.cpu(), indices.cpu(), bucketize_pos, sequence, block_sizes.cpu(), my_size,
+            host(weights), host(batch_size_per_feature), max_B,
+            None if block_bucketize_pos is None else [t.cpu() for t in block_bucketize_pos],
+            keep_orig_idx, host(total_num_blocks), host(keep_orig_idx_per_feature))
+        return tuple(None if t is None else t.to(dev) for t in out)  # type: ignore[return-value]
+    nbags = lengths.numel()
+    nfeat = block_sizes.numel()
+    batch = nbags // nfeat
+    offsets = complete_cumsum(lengths.reshape(-1).to(torch.int64))
+    bag = _segment_ids(offsets, indices.numel())
+    feat = torch.div(bag, batch, rounding_mode="floor")
+    idx = indices.to(torch.int64)
+    blk = block_sizes.to(torch.int64).index_select(0, feat)
+    inside = idx < blk * my_size
+    bucket = torch.where(inside, torch.div(idx, blk, rounding_mode="floor"), idx % my_size)
+    new_idx = torch.where(inside, idx % blk, torch.div(idx, my_size, rounding_mode="floor"))
+    key = bucket * nbags + bag
+    order = torch.sort(key, stable=True).indices
+    new_lengths = torch.zeros(my_size * nbags, dtype=lengths.dtype, device=lengths.device).index_add(
+        0, key, torch.ones_like(key, dtype=lengths.dtype))
+    out_indices = new_idx.index_select(0, order).to(indices.dtype)
+    out_weights = None if weights is None else weights.index_select(0, order)
+    return new_lengths, out_indices, out_weights, None, None
+
+
 # (name, kernel); each registered for PrivateUse1 when fbgemm_gpu has defined it
 KERNELS = (
     ("asynchronous_complete_cumsum", complete_cumsum),
@@ -100,6 +143,7 @@ KERNELS = (
     ("permute_2D_sparse_data", permute_2D_sparse_data),
     ("permute_1D_sparse_data", permute_1D_sparse_data),
     ("permute_pooled_embs", permute_pooled_embs),
+    ("block_bucketize_sparse_features", block_bucketize_sparse_features),
 )
 
 
