@@ -290,3 +290,25 @@ test-torch: $(TSTAMP) $(TVENV)/.deps-hf
 
 test-torch-ci: $(TSTAMP)
 	$(TPY) -m pytest -q --durations=10 $(TORCH_SLICE_CI)
+
+# TorchRec (docs/torchrec.md): torchrec and fbgemm-gpu's CPU build in the 2.14.1 venv, torch kept
+# pinned by the venv's constraints file; tests/rec/ runs a DLRM on "tpu" against the CPU
+REC_TORCH := 2.14.1
+REC_VENV  := .venv-torch-$(REC_TORCH)
+.PHONY: rec-setup test-rec bench-dlrm
+# torchrec requires fbgemm-gpu, whose PyPI build links CUDA's libnvidia-ml and does not load
+# here; the CPU build ships the same package folder, so it goes in last, over it
+$(TVENV)/.deps-rec: $(TVENV)/.deps
+	$(TPIP) install -q torchrec==1.9.2 fbgemm-gpu-cpu==1.9.0
+	$(TPIP) install -q --force-reinstall --no-deps fbgemm-gpu-cpu==1.9.0
+	$(TPY) -c "import torch, fbgemm_gpu, torchrec; torch.ops.fbgemm.asynchronous_complete_cumsum"
+	touch $@
+
+rec-setup:
+	$(MAKE) TORCH=$(REC_TORCH) $(REC_VENV)/.tpuc-installed $(REC_VENV)/.deps-rec
+
+test-rec: rec-setup
+	$(REC_VENV)/bin/python -m pytest -q --durations=10 tests/rec/
+
+bench-dlrm: rec-setup
+	$(REC_VENV)/bin/python -m bench.cases.dlrm

@@ -68,6 +68,9 @@ def _register() -> None:
     from .integrations import safetensors as _safetensors_shim
 
     _safetensors_shim.install()  # safetensors.torch.load_file(..., device="tpu")
+    from .integrations import torchrec as _torchrec_shim
+
+    _torchrec_shim.install()  # fbgemm/embedding-bag kernels on "tpu" once torchrec is imported
 
     if os.environ.get("TPUC_EAGER"):
         eager.apply_environment()
