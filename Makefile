@@ -280,3 +280,18 @@ test-torch: $(TSTAMP) $(TVENV)/.deps-hf
 
 test-torch-ci: $(TSTAMP)
 	$(TPY) -m pytest -q --durations=10 $(TORCH_SLICE_CI)
+
+# SGLang (docs/sglang.md) in the torch-2.14.1 venv: SGLang 0.5.23 pins torch 2.14.1. sglang goes in
+# with --no-deps, then its own requirements less the CUDA-only kernel packages
+# (python/tpuc/integrations/sglang/requirements.txt says which and why), all through $(TPIP) so
+# torch stays pinned. tests/sglang run in that venv (TORCH keeps its default, 2.14.1).
+.PHONY: sglang-setup test-sglang
+sglang-setup: $(TSTAMP) $(TVENV)/.deps-sglang
+
+$(TVENV)/.deps-sglang: $(TVENV)/.deps-hf python/tpuc/integrations/sglang/requirements.txt
+	$(TPIP) install -q --no-deps sglang==0.5.23
+	$(TPIP) install -q -r python/tpuc/integrations/sglang/requirements.txt
+	touch $@
+
+test-sglang: $(TSTAMP) $(TVENV)/.deps-sglang
+	$(TPY) -m pytest -q --durations=10 tests/sglang
