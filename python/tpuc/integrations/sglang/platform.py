@@ -89,6 +89,10 @@ class TpuSRTPlatform(SRTPlatform):
         return torch.device("tpu", local_rank)
 
     def apply_server_args_defaults(self, server_args: Any) -> None:
+        # in the process that holds SGLang's tokenizer manager (engine or HTTP server)
+        from . import validate
+
+        validate.install()
         for name, value in (("device", "tpu"), ("attention_backend", "torch_native"),
                             ("disable_cuda_graph", True), ("sampling_backend", "pytorch"),
                             ("disable_overlap_schedule", True)):
