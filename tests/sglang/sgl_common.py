@@ -1,8 +1,11 @@
-"""Fixtures of the SGLang tests: tiny local models, an ``sglang.Engine`` on "tpu", transformers'
-greedy references on the CPU.
+"""Helpers and fixtures of the SGLang tests: tiny local models built offline, an ``sglang.Engine``
+on "tpu", transformers' greedy references on the CPU. Test modules import the fixtures they use.
+
+Not a conftest.py: tests/serving's tests import their ``conftest`` by name, and a second module
+of that name would replace theirs in ``sys.modules`` when pytest collects both folders.
 
 SGLang 0.5.23 pins torch 2.14.1 and lives in that venv (`make sglang-setup`; `make test-sglang`
-runs these tests there). Under any other Python they are skipped with that reason.
+runs these tests there). Under any other Python the tests are skipped with that reason.
 """
 from __future__ import annotations
 
@@ -21,29 +24,9 @@ PROMPTS = ["the quick brown fox", "hello world, how are you today?", "once upon 
            "a b c d e f g h i j k"]
 MAX_NEW = 8
 CONTEXT = 128  # the engines' context length (the tiny configs allow 512)
+needs_sglang = pytest.mark.skipif(not HAVE_SGLANG, reason=SKIP_REASON)
 
 os.environ.setdefault("TPUC_CACHE_DIR", str(HERE.parents[1] / "build" / "sglang-cache"))
-
-
-def pytest_collection_modifyitems(config, items):
-    if HAVE_SGLANG:
-        return
-    skip = pytest.mark.skip(reason=SKIP_REASON)
-    for item in items:
-        if Path(str(item.fspath)).parent == HERE:
-            item.add_marker(skip)
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory) -> dict[str, str]:
-    sys.path.insert(0, str(HERE.parent / "serving"))
-    import tiny_models
-
-    root = tmp_path_factory.mktemp("models")
-    return {"llama": tiny_models.build("llama", root, seed=0),
-            "llama_new": tiny_models.build("llama", root, seed=1),
-            "qwen3": tiny_models.build("qwen3", root, seed=0),
-            "root": str(root)}
 
 
 def prompt_ids(model_dir: str) -> list[list[int]]:
@@ -74,6 +57,18 @@ def engine_kwargs(model_dir: str) -> dict:
     return dict(model_path=model_dir, device="tpu", dtype="float32", context_length=CONTEXT,
                 max_total_tokens=4096, max_running_requests=16, skip_server_warmup=True,
                 random_seed=0, log_level="error")
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> dict[str, str]:
+    sys.path.insert(0, str(HERE.parent / "serving"))
+    import tiny_models
+
+    root = tmp_path_factory.mktemp("models")
+    return {"llama": tiny_models.build("llama", root, seed=0),
+            "llama_new": tiny_models.build("llama", root, seed=1),
+            "qwen3": tiny_models.build("qwen3", root, seed=0),
+            "root": str(root)}
 
 
 @pytest.fixture(scope="session")
