@@ -84,3 +84,20 @@ def test_bad_input_is_refused_and_engine_keeps_serving(llama_engine, models):
     with pytest.raises(ValueError, match=r"token id 1000000, outside the model's vocabulary"):
         llama_engine.generate(input_ids=[[3, 10**6, 4]], sampling_params=GREEDY)
     assert _gen(llama_engine, ids) == hf_greedy(models["llama"], ids)
+
+
+def test_context_lengths_within_a_bucket_compile_nothing(llama_engine, models, tmp_path):
+    # attention programs depend on the context length's bucket (16, 32, ...), not on the length:
+    # after a 4-token prompt decoded to context 12, the same prompt length decoded further, to
+    # context 15, runs only programs already compiled (SGLang's own torch_native loop compiles
+    # anew for every context length it has not seen)
+    prompt = [7, 8, 9, 10]
+    llama_engine.flush_cache()
+    llama_engine.generate(input_ids=[prompt], sampling_params=GREEDY)
+    before = _stats(llama_engine, tmp_path)
+    llama_engine.flush_cache()
+    longer = dict(GREEDY, max_new_tokens=MAX_NEW + 3)
+    out = llama_engine.generate(input_ids=[[11, 12, 13, 14]], sampling_params=longer)
+    assert len(out[0]["output_ids"]) == MAX_NEW + 3
+    after = _stats(llama_engine, tmp_path)
+    assert after["compiles"] == before["compiles"], after.get("recompile_reasons")

@@ -80,10 +80,12 @@ class TpuSRTPlatform(SRTPlatform):
         return "native"
 
     def post_load_model(self, model: torch.nn.Module) -> None:
-        # in the scheduler process, after the weights are on "tpu": the stats RPC (stats.py)
-        from . import stats
+        # in the scheduler process, after the weights are on "tpu" and before the attention
+        # backend is built: the stats RPC (stats.py), the bucketed attention (attention.py)
+        from . import attention, stats
 
         stats.install()
+        attention.install()
 
     def get_group_coordinator_device(self, local_rank: int) -> torch.device:
         return torch.device("tpu", local_rank)
