@@ -44,7 +44,8 @@ def test_greedy_single_then_batch_match_transformers(llama_engine, models, tmp_p
     llama_engine.flush_cache()
     assert [_gen(llama_engine, [p])[0] for p in ids] == ref
     again = _stats(llama_engine, tmp_path)
-    assert again["compiles"] == after["compiles"], again.get("recompile_reasons")
+    # cache_misses: programs new to the process, whether compiled or loaded from tpuc's disk cache
+    assert again["cache_misses"] == after["cache_misses"], again.get("recompile_reasons")
 
 
 def test_update_weights_from_tensor_changes_output(llama_engine, models):
@@ -86,18 +87,24 @@ def test_bad_input_is_refused_and_engine_keeps_serving(llama_engine, models):
     assert _gen(llama_engine, ids) == hf_greedy(models["llama"], ids)
 
 
-def test_context_lengths_within_a_bucket_compile_nothing(llama_engine, models, tmp_path):
+def test_context_lengths_within_a_bucket_need_no_new_attention_programs(llama_engine, tmp_path):
     # attention programs depend on the context length's bucket (16, 32, ...), not on the length:
     # after a 4-token prompt decoded to context 12, the same prompt length decoded further, to
-    # context 15, runs only programs already compiled (SGLang's own torch_native loop compiles
-    # anew for every context length it has not seen)
-    prompt = [7, 8, 9, 10]
+    # context 15, needs no new attention program (SGLang's own torch_native loop needs new
+    # softmax/matmul programs for every context length: this test fails with
+    # TPUC_SGLANG_ATTENTION=native). What does change is SGLang's bookkeeping: its writes into
+    # req_to_token at each request's positions are copies into views whose storage offsets
+    # differ, and tpuc's op signatures include the offset (docs/sglang.md "Limits").
     llama_engine.flush_cache()
-    llama_engine.generate(input_ids=[prompt], sampling_params=GREEDY)
+    llama_engine.generate(input_ids=[[7, 8, 9, 10]], sampling_params=GREEDY)
     before = _stats(llama_engine, tmp_path)
     llama_engine.flush_cache()
     longer = dict(GREEDY, max_new_tokens=MAX_NEW + 3)
     out = llama_engine.generate(input_ids=[[11, 12, 13, 14]], sampling_params=longer)
     assert len(out[0]["output_ids"]) == MAX_NEW + 3
     after = _stats(llama_engine, tmp_path)
-    assert after["compiles"] == before["compiles"], after.get("recompile_reasons")
+    n_new = after["recompiles"] - before["recompiles"]
+    assert n_new <= len(after["recompile_reasons"])  # all of the window's reasons are listed
+    new = after["recompile_reasons"][len(after["recompile_reasons"]) - n_new:]
+    attention_ops = ("softmax", "bmm", "mm.out", "scaled_dot_product", "index.Tensor")
+    assert not [r for r in new if any(op in r for op in attention_ops)], new

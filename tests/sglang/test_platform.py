@@ -47,3 +47,11 @@ def test_out_of_vocabulary_check():
         check_ids([0, 384], 384)
     with pytest.raises(ValueError, match=r"token id -1"):
         check_ids([-1, 3], 384)
+
+
+def test_plugin_declines_when_sglang_cpu_engine_is_asked_for(monkeypatch):
+    from tpuc.integrations.sglang import PLATFORM, register
+
+    assert register() == PLATFORM
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
+    assert register() is None

@@ -9,7 +9,15 @@ PLATFORM = "tpuc.integrations.sglang.platform.TpuSRTPlatform"
 
 
 def register() -> str | None:
-    """Entry point of ``sglang.srt.platforms``: the platform's name when "tpu" is available."""
+    """Entry point of ``sglang.srt.platforms``: the platform's name when "tpu" is available.
+
+    Declines when ``SGLANG_USE_CPU_ENGINE=1``: SGLang consults that switch only when no plugin
+    activated, so without this an explicit request for SGLang's own CPU engine (the reference
+    a benchmark compares against) could never be honoured while tpuc is installed."""
+    import os
+
+    if os.environ.get("SGLANG_USE_CPU_ENGINE", "0") == "1":
+        return None
     try:
         import torch
 
