@@ -277,7 +277,8 @@ test-torch-ci: $(TSTAMP)
 # SGLang (docs/sglang.md) in the torch-2.14.1 venv: SGLang 0.5.23 pins torch 2.14.1. sglang goes in
 # with --no-deps, then its own requirements less the CUDA-only kernel packages
 # (python/tpuc/integrations/sglang/requirements.txt says which and why), all through $(TPIP) so
-# torch stays pinned. tests/sglang run in that venv (TORCH keeps its default, 2.14.1).
+# torch stays pinned. After .deps-hf, so SGLang's transformers==5.19.0 / tokenizers==0.23.2 pins
+# replace its 5.24.0 / 0.23.3. tests/sglang run in that venv (TORCH keeps its default, 2.14.1).
 .PHONY: sglang-setup test-sglang
 sglang-setup: $(TSTAMP) $(TVENV)/.deps-sglang
 
