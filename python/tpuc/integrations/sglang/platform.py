@@ -1,8 +1,9 @@
 """``TpuSRTPlatform``: SGLang's ``SRTPlatform`` for the device "tpu" (SGLang 0.5.23).
 
 Device "tpu" (PyTorch's PrivateUse1) as an out-of-tree platform (SGLang routes an OOT platform's
-memory queries and device config through these methods), SGLang's pure-PyTorch attention backend
-("torch_native") with the KV cache on "tpu", the PyTorch sampler, no device graphs, no Triton.
+memory queries and device config through these methods), the attention backend "torch_native"
+(in the scheduler process a bucketed subclass of SGLang's, attention.py) with the KV cache on
+"tpu", the PyTorch sampler, no device graphs, no overlap scheduling, no Triton.
 """
 from __future__ import annotations
 
