@@ -57,7 +57,7 @@ install: $(STAMP)
 
 # PyTorch's test database (torch.testing._internal) imports expecttest.
 $(VENV)/.deps-test: $(VENV)/.deps
-	$(PIP) install -q expecttest
+	$(PIP) install -q expecttest pytest-xdist==3.8.0
 	touch $@
 
 # Hugging Face stack for tests/models (versions tested; torch held at the venv's).
@@ -109,8 +109,12 @@ titan-setup: $(VENV)/.deps-titan
 test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 	TPUC_TITAN_LONG=1 $(PY) -m pytest -q tests/torchtitan
 
+# pytest-xdist: the test files spread over PYTEST_WORKERS processes (2: the CI machine's cores; XLA
+# compiles one program at a time per process), a file's tests kept in one worker (--dist loadfile:
+# module fixtures, per-file compile counts). PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
-	$(PY) -m pytest -q --durations=25 tests --ignore=tests/post_training
+	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training
 
 # The model tests alone (every family, every path, diffusers); `make test` runs them too.
 models: $(STAMP) $(VENV)/.deps-hf
