@@ -7,14 +7,11 @@ that saved new weights and tells the server to load them (POST /collective_rpc, 
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HERE, SKIP_REASON
+from http_json import free_port, post
 
 pytest.importorskip("vllm", reason=SKIP_REASON)
 
@@ -30,26 +28,9 @@ from run_llm import PROMPTS  # noqa: E402
 
 N_CONCURRENT = 32
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
-
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1",
                TPUC_CACHE_DIR=str(HERE.parents[1] / "build" / "serving-cache"))
@@ -90,7 +71,7 @@ def server(models, tmp_path_factory):
 
 
 def _complete(base: str, prompt, max_tokens: int = 8, **kw) -> tuple[int, dict]:
-    return _post(base + "/v1/completions", dict(model="tiny", prompt=prompt, max_tokens=max_tokens,
+    return post(base + "/v1/completions", dict(model="tiny", prompt=prompt, max_tokens=max_tokens,
                                                 temperature=0.0, ignore_eos=True, **kw))
 
 
@@ -103,7 +84,7 @@ def _text(resp: dict) -> str:
 
 
 def _stats(base: str) -> dict:
-    code, r = _post(base + "/collective_rpc", {"method": "tpu_stats"})
+    code, r = post(base + "/collective_rpc", {"method": "tpu_stats"})
     assert code == 200, r
     return r["results"][0]
 
@@ -135,7 +116,7 @@ def test_text_prompt_through_the_tokenizer(server):
 ])
 def test_bad_request_gets_4xx_and_server_keeps_serving(server, bad):
     body = dict(model="tiny", max_tokens=4, temperature=0.0, ignore_eos=True) | bad
-    code, r = _post(server + "/v1/completions", body)
+    code, r = post(server + "/v1/completions", body)
     assert 400 <= code < 500, (code, r)
     assert r.get("error", {}).get("message")
     code, r = _complete(server, [0, 9, 8])
@@ -155,7 +136,7 @@ def test_compiles_stop_growing_under_steady_stream(server):
         assert all(code == 200 for code, _ in got), got
 
     def steps():
-        code, r = _post(server + "/collective_rpc", {"method": "tpu_step_shapes"})
+        code, r = post(server + "/collective_rpc", {"method": "tpu_step_shapes"})
         assert code == 200, r
         return r["results"][0]
 
@@ -185,11 +166,11 @@ def test_live_weight_update_from_another_process(server, models, offline_cpu):
     # this test process is the "trainer": new weights saved to disk, the server told to load them
     new = str(Path(models["llama_new"]) / "model.safetensors")
     old = [_text(_complete(server, p, max_tokens=24)[1]) for p in PROMPTS]
-    code, r = _post(server + "/collective_rpc",
+    code, r = post(server + "/collective_rpc",
                     {"method": "update_weights_from_path", "args": [new]})
     assert code == 200, r
     # cached prefix blocks hold keys/values computed with the old weights
-    code, r = _post(server + "/reset_prefix_cache", {})
+    code, r = post(server + "/reset_prefix_cache", {})
     assert code == 200, r
     got = []
     for p in PROMPTS:

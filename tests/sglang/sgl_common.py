@@ -26,6 +26,7 @@ MAX_NEW = 8
 CONTEXT = 128  # the engines' context length (the tiny configs allow 512)
 needs_sglang = pytest.mark.skipif(not HAVE_SGLANG, reason=SKIP_REASON)
 
+sys.path.insert(0, str(HERE.parent / "serving"))  # tiny_models, http_json
 os.environ.setdefault("TPUC_CACHE_DIR", str(HERE.parents[1] / "build" / "sglang-cache"))
 
 
@@ -61,7 +62,6 @@ def engine_kwargs(model_dir: str) -> dict:
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> dict[str, str]:
-    sys.path.insert(0, str(HERE.parent / "serving"))
     import tiny_models
 
     root = tmp_path_factory.mktemp("models")

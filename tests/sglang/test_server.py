@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,32 +19,16 @@ import pytest
 
 from sgl_common import CONTEXT, MAX_NEW, hf_greedy, prompt_ids
 from sgl_common import models, needs_sglang  # noqa: F401 (fixtures)
+from http_json import free_port, post  # tests/serving, on sys.path through sgl_common
 
 pytestmark = needs_sglang
 
 START_LIMIT_S = 240
 GREEDY = {"temperature": 0.0, "max_new_tokens": MAX_NEW, "ignore_eos": True}
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
-
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     log = open(log_path, "w")
     cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", models["qwen3"],
@@ -83,7 +66,7 @@ def server(models, tmp_path_factory):
 
 
 def _gen(base: str, ids: list[int]) -> list[int]:
-    code, out = _post(base + "/generate", {"input_ids": ids, "sampling_params": GREEDY})
+    code, out = post(base + "/generate", {"input_ids": ids, "sampling_params": GREEDY})
     assert code == 200, out
     return out["output_ids"]
 
@@ -97,7 +80,7 @@ def test_qwen3_greedy_single_and_concurrent_match_transformers(server, models):
 
 
 def test_openai_completions_route(server, models):
-    code, out = _post(server + "/v1/completions",
+    code, out = post(server + "/v1/completions",
                       {"model": models["qwen3"], "prompt": "the quick brown fox",
                        "max_tokens": 4, "temperature": 0})
     assert code == 200, out
@@ -105,10 +88,10 @@ def test_openai_completions_route(server, models):
 
 
 def test_bad_input_gets_clear_error_and_server_keeps_serving(server, models):
-    code, out = _post(server + "/generate",
+    code, out = post(server + "/generate",
                       {"input_ids": [5] * (CONTEXT + 10), "sampling_params": GREEDY})
     assert code == 400 and "context length" in json.dumps(out), (code, out)
-    code, out = _post(server + "/generate",
+    code, out = post(server + "/generate",
                       {"input_ids": [3, 10**6, 4], "sampling_params": GREEDY})
     assert code == 400 and "outside the model's vocabulary" in json.dumps(out), (code, out)
     ids = prompt_ids(models["qwen3"])[:1]

@@ -18,7 +18,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-_lib: Optional[torch.library.Library] = None
+from ._register import register_kernels
+
 
 
 def complete_cumsum(t: Tensor) -> Tensor:
@@ -149,17 +150,4 @@ KERNELS = (
 
 def register() -> list[str]:
     """Registers the kernels whose operator exists (idempotent); returns their names."""
-    global _lib
-    if _lib is not None:
-        return [n for n, _ in KERNELS]
-    lib = torch.library.Library("fbgemm", "IMPL")
-    done = []
-    for name, fn in KERNELS:
-        try:
-            getattr(torch.ops.fbgemm, name)
-        except (AttributeError, RuntimeError):
-            continue
-        lib.impl(name, fn, "PrivateUse1")
-        done.append(name)
-    _lib = lib
-    return done
+    return register_kernels("fbgemm", KERNELS)

@@ -11,12 +11,12 @@ repeat_interleave (an output size read from the host); here searchsorted
 gives it from shapes alone. Autograd stays TorchRec's (register_autograd)."""
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 from torch import Tensor
 
-_lib: Optional[torch.library.Library] = None
+from ._register import register_kernels
+
 
 
 def _bags(offsets: Tensor, n: int) -> Tensor:
@@ -57,15 +57,4 @@ KERNELS = (
 
 def register() -> list[str]:
     """Registers the kernels whose operator TorchRec defined (idempotent)."""
-    global _lib
-    if _lib is not None:
-        return [n for n, _ in KERNELS]
-    lib = torch.library.Library("torchrec", "IMPL")
-    done = []
-    for name, fn in KERNELS:
-        if not hasattr(torch.ops.torchrec, name):
-            continue
-        lib.impl(name, fn, "PrivateUse1")
-        done.append(name)
-    _lib = lib
-    return done
+    return register_kernels("torchrec", KERNELS)
