@@ -114,7 +114,7 @@ test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 # module fixtures, per-file compile counts). PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
-	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training
+	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training --ignore=tests/rec --ignore=tests/sgl
 
 # The model tests alone (every family, every path, diffusers); `make test` runs them too.
 models: $(STAMP) $(VENV)/.deps-hf
@@ -314,7 +314,7 @@ bench-dlrm: rec-setup
 # with --no-deps, then its own requirements less the CUDA-only kernel packages
 # (python/tpuc/integrations/sglang/requirements.txt says which and why), all through $(TPIP) so
 # torch stays pinned. After .deps-hf, so SGLang's transformers==5.19.0 / tokenizers==0.23.2 pins
-# replace its 5.24.0 / 0.23.3. tests/sglang run in that venv (TORCH keeps its default, 2.14.1).
+# replace its 5.24.0 / 0.23.3. tests/sgl run in that venv (TORCH keeps its default, 2.14.1).
 .PHONY: sglang-setup test-sglang
 sglang-setup: $(TSTAMP) $(TVENV)/.deps-sglang
 
@@ -324,7 +324,7 @@ $(TVENV)/.deps-sglang: $(TVENV)/.deps-hf python/tpuc/integrations/sglang/require
 	touch $@
 
 test-sglang: $(TSTAMP) $(TVENV)/.deps-sglang
-	$(TPY) -m pytest -q --durations=10 tests/sglang
+	$(TPY) -m pytest -q --durations=10 tests/sgl
 
 # The torch-2.14.1 venv in `make test` (docs/install.md "Torch versions", docs/torchrec.md,
 # docs/sglang.md): the version slice, TorchRec and SGLang in one venv. Its setup holds a lock, so
@@ -339,4 +339,4 @@ v214-setup:
 
 test-v214: v214-setup
 	$(MAKE) --no-print-directory TORCH=2.14.1 test-torch-ci
-	$(V214_VENV)/bin/python -m pytest -q --durations=10 tests/rec tests/sglang
+	$(V214_VENV)/bin/python -m pytest -q --durations=10 tests/rec tests/sgl

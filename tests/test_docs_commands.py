@@ -58,14 +58,14 @@ COMMANDS_OK = {
     "pip": "installs packages (install.md); not run by a test",
     "cd": "shell navigation",
     "export": "sets a variable",
-    "curl": "queries a server the block started (sglang.md); tests/sglang/test_server.py sends "
+    "curl": "queries a server the block started (sglang.md); tests/sgl/test_server.py sends "
             "the same requests",
 }
 
 # Third-party modules run in other venvs (their existence is that venv's business).
 THIRD_PARTY_MODULES = {
     "vllm": ".venv-serve (make serve-setup)",
-    "sglang": ".venv-torch-2.14.1 (make sglang-setup; tests/sglang runs it under make test-v214)",
+    "sglang": ".venv-torch-2.14.1 (make sglang-setup; tests/sgl runs it under make test-v214)",
     "torch": "PyTorch itself",
     "pytest": "the test runner",
 }

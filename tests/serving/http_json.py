@@ -1,4 +1,4 @@
-"""What the server tests (tests/serving, tests/sglang) share: a free port on 127.0.0.1 and a JSON
+"""What the server tests (tests/serving, tests/sgl) share: a free port on 127.0.0.1 and a JSON
 POST that returns the HTTP status with the decoded body, error statuses included."""
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ of that name would replace theirs in ``sys.modules`` when pytest collects both f
 
 SGLang 0.5.23 pins torch 2.14.1 and lives in that venv (`make sglang-setup`; `make test-sglang`
 runs these tests there). Under any other Python the tests are skipped with that reason.
+The folder is tests/sgl, not tests/sglang: a folder named sglang on sys.path is a namespace
+package that `find_spec("sglang")` finds where SGLang is not installed.
 """
 from __future__ import annotations
 
