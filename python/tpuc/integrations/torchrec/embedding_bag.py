@@ -16,8 +16,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ._register import register_kernels
+
 SUM, MEAN, MAX = 0, 1, 2
-_lib: Optional[torch.library.Library] = None
 _cpu_runs: dict[str, int] = {}
 
 
@@ -116,18 +117,18 @@ def per_sample_weights_backward(grad: Tensor, weight: Tensor, indices: Tensor, o
     return dots if keep is None else dots * keep.to(dots.dtype)
 
 
+KERNELS = (
+    ("_embedding_bag", forward),
+    ("_embedding_bag_forward_only", forward),
+    ("_embedding_bag_backward", backward),
+    ("_embedding_bag_dense_backward", dense_backward),
+    ("_embedding_bag_per_sample_weights_backward", per_sample_weights_backward),
+)
+
+
 def register() -> None:
     """PrivateUse1 kernels for the ops above (idempotent)."""
-    global _lib
-    if _lib is not None:
-        return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_embedding_bag", forward, "PrivateUse1")
-    lib.impl("_embedding_bag_forward_only", forward, "PrivateUse1")
-    lib.impl("_embedding_bag_backward", backward, "PrivateUse1")
-    lib.impl("_embedding_bag_dense_backward", dense_backward, "PrivateUse1")
-    lib.impl("_embedding_bag_per_sample_weights_backward", per_sample_weights_backward, "PrivateUse1")
-    _lib = lib
+    register_kernels("aten", KERNELS)
 
 
 def cpu_runs() -> dict[str, int]:
