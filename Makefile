@@ -151,7 +151,7 @@ demo: $(STAMP)
 
 # Benchmarks: `make bench` (under 20 minutes) or `make bench BENCH=quick`.
 bench: $(STAMP) $(VENV)/.deps-titan
-	$(PY) -m bench.run $(if $(BENCH_CASES),--cases $(BENCH_CASES),) $(if $(filter quick,$(BENCH)),--quick,)
+	$(PY) -m bench.run $(if $(BENCH_CASES),--cases $(BENCH_CASES),) $(if $(filter quick,$(BENCH)),--quick,) $(if $(BENCH_JOBS),--jobs $(BENCH_JOBS),)
 
 bench-check:
 	$(PY) -m bench.check

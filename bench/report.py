@@ -39,6 +39,9 @@ def _header(r: dict) -> list[str]:
     run = (f"Run: {m.get('date', '?')}, {m.get('cpu', '?')}, "
            + ("**quick mode** (small sizes, few repetitions: indicative only)" if r.get("quick")
               else "full size"))
+    if r.get("concurrent"):
+        run += (f", **{r['concurrent']} cases at once** (bench.run --jobs: the cases competed "
+                "for the cores; these numbers compare with nothing)")
     if _PAGE_CPU and m.get("cpu") and m.get("cpu") != _PAGE_CPU:
         run += f" (**another CPU than the page's {_PAGE_CPU}**: compare within this section only)"
     case = r.get("case")
@@ -219,6 +222,11 @@ def _dispatch_robust(p: dict | None) -> list[str]:
     return L
 
 
+def _num(v: float | None, fmt: str) -> str:
+    """A table cell: the number formatted, or empty where an older results file lacks it."""
+    return "" if v is None else format(v, fmt)
+
+
 def write(root: str, machine: dict, quick: bool) -> str:
     res = _load(root)
     docs = os.path.join(root, "docs")
@@ -324,18 +332,18 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L += [f"Error: `{r['error'][-300:]}`", ""]
         if r.get("rows"):
             L += ["| size | contender | first step, cold s | warm s | steady s | cold / steady | "
-                  "warm / steady | cold / CPU's first | programs | ops queued |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "warm / steady | cold / CPU's first | programs | compile s (cold) | ops queued |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
             for row in r["rows"]:
                 if row.get("warm_first_s") is None:
                     L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
-                             f"| {row['steady_s']:.3f} | | | | | |")
+                             f"| {row['steady_s']:.3f} | | | | | | |")
                     continue
                 L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
                          f"{row['warm_first_s']:.2f} | {row['steady_s']:.3f} | "
                          f"{row['cold_over_steady']:.1f}x | {row['warm_over_steady']:.1f}x | "
                          f"{row['cold_over_cpu_first']:.1f}x | {row['programs']} | "
-                         f"{row['ops_queued']} |")
+                         f"{_num(row.get('cold_compile_s'), '.2f')} | {row['ops_queued']} |")
             L.append("")
     if "memory" in res:
         r = res["memory"]

@@ -3,13 +3,16 @@
     python -m bench.run                 # every case, full size (make bench)
     python -m bench.run --quick         # every case, briefly (make bench BENCH=quick)
     python -m bench.run --cases dispatch,roofline
+    python -m bench.run --quick --jobs 2  # CI: quick cases two at a time (numbers not comparable)
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -40,7 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="run every case briefly")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--no-report", action="store_true", help="write results/ only")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="with --quick: run this many cases at once, each in its own process "
+                         "(CI's check that every case still runs; the cases then compete for the "
+                         "cores, so their numbers are marked and compare with nothing)")
     args = ap.parse_args(argv)
+    if args.jobs > 1:
+        if not args.quick:
+            ap.error("--jobs > 1 only with --quick: a full-size run measures, one case at a time")
+        return _run_parallel(args)
 
     import torch  # noqa: F401  (loads tpuc through its entry point)
 
@@ -65,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
         result["case"] = name
         result["quick"] = args.quick
+        if os.environ.get("TPUC_BENCH_CONCURRENT"):
+            result["concurrent"] = int(os.environ["TPUC_BENCH_CONCURRENT"])
         result["machine"] = machine
         result["seconds"] = time.perf_counter() - t0
         with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
@@ -72,6 +85,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"      done in {result['seconds']:.0f} s", flush=True)
     if not args.no_report:
         report.write(ROOT, machine, quick=args.quick)
+    return 1 if failed else 0
+
+
+def _run_parallel(args: argparse.Namespace) -> int:
+    """Each case in a child `python -m bench.run --quick --cases NAME --no-report`, `jobs` at a
+    time; a child's output is printed whole when it ends; the report is written once at the end."""
+    names = [c for c in args.cases.split(",") if c]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print(f"unknown case(s) {unknown}; cases: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    env = dict(os.environ, TPUC_BENCH_CONCURRENT=str(args.jobs))
+
+    def one(name: str) -> tuple[str, int, str, float]:
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--cases", name,
+                            "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True)
+        return name, r.returncode, r.stdout + r.stderr, time.perf_counter() - t0
+
+    failed = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for name, rc, out, secs in pool.map(one, names):
+            print(f"== {name}: rc={rc}, {secs:.0f} s\n{out.rstrip()}", flush=True)
+            if rc:
+                failed.append(name)
+    if not args.no_report:
+        import torch  # noqa: F401  (loads tpuc through its entry point)
+
+        from . import env as bench_env, report
+        report.write(ROOT, bench_env.describe(), quick=True)
     return 1 if failed else 0
 
 
