@@ -5,7 +5,7 @@
  *
  * A file is named by the SHA-256 of (program text, compile options, platform
  * name and version, PJRT API version, the plugin's XLA version, the device
- * kind, $XLA_FLAGS) and holds a header (magic, that key,
+ * kind, on the XLA CPU plugin the host CPU's flags, $XLA_FLAGS) and holds a header (magic, that key,
  * payload length, payload checksum) followed by the plugin's serialized
  * executable. Writes go to a temporary file that is renamed into place, so
  * readers in other processes see a whole file or none. A file that fails any
@@ -53,8 +53,32 @@ static int mkdirs(const char *path) {
   return (mkdir(tmp, 0755) && errno != EEXIST) ? -1 : 0;
 }
 
+/* The host CPU's instruction-set extensions (Linux: the first "flags" line of
+ * /proc/cpuinfo), for the XLA CPU plugin's keys: its executables are machine
+ * code for the host that compiled them (AVX-512, AMX, ...), and a cache
+ * directory shared by hosts of several CPU models, or an archive imported from
+ * one (tpuc cache import), must not hand one host another's code. NULL where
+ * unreadable: then the key holds only what it held before. */
+static char *host_isa(void) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return NULL;
+  char *line = NULL, *isa = NULL;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) > 0)
+    if (!strncmp(line, "flags", 5)) {
+      const char *colon = strchr(line, ':');
+      if (colon) isa = strdup(colon + 1);
+      break;
+    }
+  free(line);
+  fclose(f);
+  return isa;
+}
+
 void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes) {
   rt->disk_dir = NULL;
+  rt->disk_host_isa = NULL;
+  if (tpuc_plugin_kind_of(rt->plugin.path) == TPUC_PLUGIN_CPU) rt->disk_host_isa = host_isa();
   const char *d = dir ? dir : getenv("TPUC_CACHE_DIR");
   char buf[4096];
   if (!d || !*d) {
@@ -96,6 +120,7 @@ void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const v
   tpuc_sha256_update(&s, &xla, sizeof xla);
   const char *kind = rt->device_count > 0 && rt->devices[0].kind ? rt->devices[0].kind : "";
   tpuc_sha256_update(&s, kind, strlen(kind) + 1);
+  if (rt->disk_host_isa) tpuc_sha256_update(&s, rt->disk_host_isa, strlen(rt->disk_host_isa) + 1);
   /* XLA's plugins read their debug options from XLA_FLAGS: programs compiled
    * under other flags are other programs */
   const char *flags = getenv("XLA_FLAGS");

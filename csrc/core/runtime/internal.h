@@ -88,6 +88,7 @@ struct tpuc_runtime {
   pthread_mutex_t sync_lock; /* one barrier at a time: a second synchronize waits for the first's */
   /* the disk tier (disk_cache.c); counters under cache_lock */
   char *disk_dir; /* NULL: off */
+  char *disk_host_isa; /* XLA CPU plugin: the host's CPU flags, in the disk key (NULL: not read) */
   int64_t disk_max_bytes;
   int64_t disk_hits, disk_misses, disk_writes, disk_corrupt, disk_evictions;
   atomic_bool disk_warned; /* a failed write was reported (once per runtime) */

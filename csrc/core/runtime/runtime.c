@@ -303,6 +303,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   free(rt->platform_version);
   free(rt->cache_buckets);
   free(rt->disk_dir);
+  free(rt->disk_host_isa);
   tpuc_plugin_unload(&rt->plugin);
   pthread_mutex_destroy(&rt->mem_lock);
   pthread_mutex_destroy(&rt->cache_lock);

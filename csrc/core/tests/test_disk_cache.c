@@ -254,6 +254,32 @@ static void test_eviction_bounds_the_directory(void) {
   tpuc_runtime_destroy(c);
 }
 
+/* On the XLA CPU plugin the key holds the host's CPU flags: the same program
+ * compiled on a host with other instruction-set extensions has another key, so
+ * a shared or imported cache never hands one CPU another's machine code. */
+static void test_host_cpu_flags_in_the_key(void) {
+  tpuc_runtime *r = open_rt(g_dir, 0);
+  if (!r) return;
+  char text[1024];
+  program(text, sizeof text, 40);
+  unsigned char here[32], other[32], again[32];
+  tpuc_disk_key(r, text, strlen(text), "", 0, here);
+  if (tpuc_plugin_kind_of(r->plugin.path) == TPUC_PLUGIN_CPU) {
+    CHECK(r->disk_host_isa != NULL); /* Linux: /proc/cpuinfo has a flags line */
+    if (r->disk_host_isa) {
+      char *mine = r->disk_host_isa;
+      char another[] = " fpu sse sse2";
+      r->disk_host_isa = another;
+      tpuc_disk_key(r, text, strlen(text), "", 0, other);
+      r->disk_host_isa = mine;
+      CHECK(memcmp(here, other, sizeof here) != 0);
+    }
+  }
+  tpuc_disk_key(r, text, strlen(text), "", 0, again);
+  CHECK(memcmp(here, again, sizeof here) == 0); /* and it is stable */
+  tpuc_runtime_destroy(r);
+}
+
 static void test_off_disables(void) {
   tpuc_runtime *r = open_rt("off", 0);
   if (!r) return;
@@ -298,6 +324,7 @@ int main(int argc, char **argv) {
   RUN(test_concurrent_writers);
   RUN(test_concurrent_compilers_compile_each_program_once);
   RUN(test_eviction_bounds_the_directory);
+  RUN(test_host_cpu_flags_in_the_key);
   RUN(test_off_disables);
   clear_dir();
   rmdir(g_dir);
