@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_common import CONTEXT, MAX_NEW, hf_greedy, prompt_ids
+from sgl_common import CHUNK, CONTEXT, MAX_NEW, hf_greedy, prompt_ids
 from sgl_common import llama_engine, models, needs_sglang  # noqa: F401 (fixtures)
 
 pytestmark = needs_sglang
@@ -108,3 +108,63 @@ def test_context_lengths_within_a_bucket_need_no_new_attention_programs(llama_en
     new = after["recompile_reasons"][len(after["recompile_reasons"]) - n_new:]
     attention_ops = ("softmax", "bmm", "mm.out", "scaled_dot_product", "index.Tensor")
     assert not [r for r in new if any(op in r for op in attention_ops)], new
+
+
+def _new_reasons(before, after):
+    n_new = after["recompiles"] - before["recompiles"]
+    return after["recompile_reasons"][len(after["recompile_reasons"]) - n_new:] if n_new else []
+
+
+def test_a_new_prompt_length_compiles_nothing_new(llama_engine, models, tmp_path):
+    # token counts are padded to buckets and SGLang's bookkeeping runs at bounded shapes
+    # (tpuc.integrations.sglang.shapes): after a 3-token prompt, a 6-token prompt (same token
+    # bucket 16, contexts up to 14: same context bucket 16) needs no program new to the process.
+    # Without the shim each new prompt length compiled its own model, position and
+    # req_to_token-write programs (TPUC_SGLANG_TOKEN_BUCKETS=off brings the model's back).
+    a, b = [[21, 22, 23]], [[31, 32, 33, 34, 35, 36]]
+    ref = hf_greedy(models["llama"], a + b)
+    llama_engine.flush_cache()
+    assert _gen(llama_engine, a) == ref[:1]
+    before = _stats(llama_engine, tmp_path)
+    llama_engine.flush_cache()
+    assert _gen(llama_engine, b) == ref[1:]
+    after = _stats(llama_engine, tmp_path)
+    assert after["cache_misses"] == before["cache_misses"], _new_reasons(before, after)
+    assert sum(after["fallbacks"].values()) == 0, after["fallbacks"]
+
+
+def test_update_weights_from_disk_changes_output(llama_engine, models):
+    # SGLang's update_weights_from_disk loads a checkpoint directory (the tiny Llama saved with
+    # seed 1, built offline) into the running engine: the output becomes the new weights' greedy
+    # tokens; loading the seed-0 directory back restores the old ones
+    ids = prompt_ids(models["llama"])[:2]
+    old, new = hf_greedy(models["llama"], ids), hf_greedy(models["llama_new"], ids)
+    assert old != new
+    try:
+        ok, msg = llama_engine.update_weights_from_disk(models["llama_new"])[:2]
+        assert ok, msg
+        assert _gen(llama_engine, ids) == new
+    finally:
+        ok, msg = llama_engine.update_weights_from_disk(models["llama"])[:2]
+    assert ok, msg
+    assert _gen(llama_engine, ids) == old
+
+
+def test_prefix_cache_hit_and_chunked_prefill_match_transformers(llama_engine, models):
+    # radix (prefix) cache: a prompt that extends an answered one reuses its cached prefix and
+    # still equals transformers' answer to the whole prompt. Chunked prefill: the engine runs
+    # with chunked_prefill_size=CHUNK, so a 40-token prompt is prefilled in three chunks (each
+    # chunk after the first reads the previous ones from the KV cache) and equals transformers'
+    # unchunked greedy tokens.
+    base = [40 + i for i in range(12)]
+    longer = base + [90, 91, 92, 93]
+    long_prompt = [(7 * i + 3) % 300 + 2 for i in range(40)]
+    assert len(long_prompt) > 2 * CHUNK
+    ref = hf_greedy(models["llama"], [base, longer, long_prompt])
+    llama_engine.flush_cache()
+    assert _gen(llama_engine, [base]) == ref[:1]
+    hit = llama_engine.generate(input_ids=[longer], sampling_params=GREEDY)[0]
+    assert hit["meta_info"].get("cached_tokens", 0) >= len(base), hit["meta_info"]
+    assert hit["output_ids"] == ref[1]
+    llama_engine.flush_cache()
+    assert _gen(llama_engine, [long_prompt]) == ref[2:]
