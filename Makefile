@@ -315,7 +315,7 @@ bench-dlrm: rec-setup
 # (python/tpuc/integrations/sglang/requirements.txt says which and why), all through $(TPIP) so
 # torch stays pinned. After .deps-hf, so SGLang's transformers==5.19.0 / tokenizers==0.23.2 pins
 # replace its 5.24.0 / 0.23.3. tests/sgl run in that venv (TORCH keeps its default, 2.14.1).
-.PHONY: sglang-setup test-sglang
+.PHONY: sglang-setup test-sglang bench-sglang
 sglang-setup: $(TSTAMP) $(TVENV)/.deps-sglang
 
 $(TVENV)/.deps-sglang: $(TVENV)/.deps-hf python/tpuc/integrations/sglang/requirements.txt
@@ -325,6 +325,10 @@ $(TVENV)/.deps-sglang: $(TVENV)/.deps-hf python/tpuc/integrations/sglang/require
 
 test-sglang: $(TSTAMP) $(TVENV)/.deps-sglang
 	$(TPY) -m pytest -q --durations=10 tests/sgl
+
+# SGLang on "tpu" vs SGLang's CPU backend, tokens/s at concurrency 1/8/32 (bench/results/sglang_serving.json)
+bench-sglang: $(TSTAMP) $(TVENV)/.deps-sglang
+	$(TPY) -m bench.cases.sglang_serving
 
 # The torch-2.14.1 venv in `make test` (docs/install.md "Torch versions", docs/torchrec.md,
 # docs/sglang.md): the version slice, TorchRec and SGLang in one venv. Its setup holds a lock, so

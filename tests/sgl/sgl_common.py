@@ -26,6 +26,7 @@ PROMPTS = ["the quick brown fox", "hello world, how are you today?", "once upon 
            "a b c d e f g h i j k"]
 MAX_NEW = 8
 CONTEXT = 128  # the engines' context length (the tiny configs allow 512)
+CHUNK = 16  # the Llama engine's chunked-prefill size: a longer prompt is prefilled in chunks
 needs_sglang = pytest.mark.skipif(not HAVE_SGLANG, reason=SKIP_REASON)
 
 sys.path.insert(0, str(HERE.parent / "serving"))  # tiny_models, http_json
@@ -77,6 +78,6 @@ def models(tmp_path_factory) -> dict[str, str]:
 def llama_engine(models):
     import sglang
 
-    eng = sglang.Engine(**engine_kwargs(models["llama"]))
+    eng = sglang.Engine(**engine_kwargs(models["llama"]), chunked_prefill_size=CHUNK)
     yield eng
     eng.shutdown()

@@ -16,7 +16,8 @@ batch (the vLLM plugin's scheme, python/tpuc/integrations/vllm/attention.py):
   ``L`` slots under the mask.
 
 Slots past a request's length hold stale indices that the mask hides. So the programs depend on
-(token count, L) only, and L takes a handful of values. What it does not cover falls back to the
+(token count, L) only, and L takes a handful of values. Token rows past the batch's real tokens
+(an extend batch padded to a token bucket, shapes.py) attend as request 0 at position 0. What it does not cover falls back to the
 parent's loops: sliding windows, cross attention, encoder-only layers, a layer whose q/k head dim
 differs from v's. The platform installs it under SGLang's name ``torch_native`` in the scheduler
 process (``install()``); ``TPUC_SGLANG_ATTENTION=native`` keeps SGLang's own.
@@ -71,11 +72,21 @@ def _make_backend_cls():
             req = np.repeat(np.arange(n, dtype=np.int64), q_lens)
             starts = np.repeat(np.cumsum(q_lens) - q_lens, q_lens)
             pos = np.repeat(seq - q_lens, q_lens) + (np.arange(req.shape[0]) - starts)
+            t_pad = int(forward_batch.input_ids.shape[0]) if forward_batch.input_ids is not None \
+                else req.shape[0]
+            if t_pad > req.shape[0]:  # tokens padded to a bucket (shapes.py): request 0, position 0
+                extra = np.zeros(t_pad - req.shape[0], np.int64)
+                req, pos = np.concatenate([req, extra]), np.concatenate([pos, extra])
             dev = self.device
-            req_d = torch.from_numpy(req).to(dev)
             pos_d = torch.from_numpy(pos).to(dev)
-            rows = forward_batch.req_pool_indices.to(torch.int64).index_select(0, req_d)
-            slots = self.req_to_token_pool.req_to_token[:, :ctx].index_select(0, rows)
+            table = self.req_to_token_pool.req_to_token
+            if table.device.type == "cpu":  # the host request table (shapes.py)
+                rows = forward_batch.req_pool_indices.to("cpu").to(torch.int64).numpy()[req]
+                slots = table[torch.from_numpy(rows), :ctx].to(dev)
+            else:
+                req_d = torch.from_numpy(req).to(dev)
+                rows = forward_batch.req_pool_indices.to(torch.int64).index_select(0, req_d)
+                slots = table[:, :ctx].index_select(0, rows)
             j = torch.arange(ctx, device=dev, dtype=torch.int64)
             mask = (j.unsqueeze(0) <= pos_d.unsqueeze(1)).reshape(-1, 1, 1, ctx)
             self._meta = (slots.to(torch.int64), mask)

@@ -82,11 +82,13 @@ class TpuSRTPlatform(SRTPlatform):
 
     def post_load_model(self, model: torch.nn.Module) -> None:
         # in the scheduler process, after the weights are on "tpu" and before the attention
-        # backend is built: the stats RPC (stats.py), the bucketed attention (attention.py)
-        from . import attention, stats
+        # backend is built: the stats RPC (stats.py), the bucketed attention (attention.py),
+        # bounded bookkeeping shapes and token buckets (shapes.py)
+        from . import attention, shapes, stats
 
         stats.install()
         attention.install()
+        shapes.install()
 
     def get_group_coordinator_device(self, local_rank: int) -> torch.device:
         return torch.device("tpu", local_rank)
