@@ -41,7 +41,10 @@ def train_fn(config: dict[str, Any]) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        ray.train.report({"step": step, "loss": float(loss), "device": str(get_device())})
+        loss_value = float(loss.detach())
+        if ray.train.get_context().get_world_rank() == 0:
+            print(f"step {step}: loss {loss_value:.4f} on {get_device()}", flush=True)
+        ray.train.report({"step": step, "loss": loss_value})
 
 
 def main() -> int:
@@ -60,7 +63,7 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     tmp = tempfile.mkdtemp(prefix="tpuc-ray-")
-    ray.init(address="local", num_cpus=a.workers + 1, include_dashboard=False,
+    ray.init(address="local", num_cpus=a.workers + 2, include_dashboard=False,
              _node_ip_address="127.0.0.1", _temp_dir=tmp)
     try:
         result = TorchTrainer(
@@ -69,7 +72,7 @@ def main() -> int:
             scaling_config=ScalingConfig(num_workers=a.workers),
             run_config=RunConfig(storage_path=os.path.join(tmp, "runs"), name="llama"),
         ).fit()
-        print("final", result.metrics)
+        print("done:", "failed" if result.error else "ok", result.path)
     finally:
         ray.shutdown()
     return 0
