@@ -15,6 +15,11 @@ Three pieces, each running in every Ray Train worker process:
 3. ``_TrainThreadContext`` (the config's ``train_func_context``): Ray Train 2 runs the training
    function in a thread of its own, and tpuc's current device is per thread, so the device is
    made current there.
+
+``_TpuBackend`` subclasses Ray's ``_TorchBackend`` (private, Ray 2.60.0) so that Ray's own
+``on_start`` still does the rest -- MASTER_ADDR/PORT, RANK/LOCAL_RANK/..., and
+``init_process_group`` -- after ``_prepare_worker``; a Ray whose ``ray.train.torch.config``
+lacks it fails at import of this module.
 """
 from __future__ import annotations
 
