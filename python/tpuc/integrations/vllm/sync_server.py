@@ -4,11 +4,15 @@
         [--device tpu|cpu] [--max-model-len N] [--seed S] ...
 
 Started by :class:`tpuc.post_training.vllm_engine.VLLMEngine` (the trainer's side), which
-listens on PORT first: this process connects back, builds the engine
+listens on PORT first and hands this process the job's secret in ``TPUC_WIRE_SECRET`` (never on
+the command line; removed from this process's environment once read): this process connects
+back, answers the trainer's challenge (:mod:`tpuc.post_training.wire`, "Authentication"), builds the engine
 (:class:`~tpuc.integrations.vllm.weight_sync.EngineSession`), sends ``ready`` (with the port of
-its own listener on 127.0.0.1) and serves the trainer's requests. One connection at a time:
+its own listener, on ``--listen-host``, 127.0.0.1 unless a multi-host job names another
+interface) and serves the trainer's requests. One connection at a time:
 after ``detach`` (or a dropped connection) it accepts the next one on its listener -- how rank 0
-of a torchrun'd trainer (``VLLMEngine.attach``) uses an engine that another process started --
+of a torchrun'd trainer (``VLLMEngine.attach``) uses an engine that another process started;
+every such connection must pass the same handshake, anything else is refused and logged --
 and after ``close`` it exits. It also exits when its parent (the process that started it) is
 gone, so no engine outlives its trainer.
 """
@@ -21,17 +25,12 @@ import socket
 import sys
 
 
-def _next_connection(listener: socket.socket, parent: int) -> socket.socket | None:
-    """The next trainer connection, or None once the parent process has gone."""
-    while os.getppid() == parent:
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            continue
-        conn.settimeout(None)
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
-    return None
+def _next_connection(listener: socket.socket, parent: int, secret: str) -> socket.socket | None:
+    """The next authenticated trainer connection (others are refused and logged), or None once
+    the parent process has gone."""
+    from tpuc.post_training import wire
+
+    return wire.accept_authenticated(listener, secret, keep_waiting=lambda: os.getppid() == parent)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,15 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--kv-cache-bytes", type=int, default=64 << 20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--listen-host", default="127.0.0.1",
+                    help="interface of this engine's own listener (attach); loopback by default")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[engine %(process)d] %(message)s")
 
-    host, _, port = a.connect.rpartition(":")
-    sock = socket.create_connection((host, int(port)), timeout=60)
-    sock.settimeout(None)  # requests may come minutes apart (a long training step)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
     from tpuc.post_training import wire
+
+    secret = wire.secret_from_env()
+    os.environ.pop(wire.SECRET_ENV, None)  # vLLM's own child processes need not inherit it
+    host, _, port = a.connect.rpartition(":")
+    sock = wire.connect_authenticated(host, int(port), secret, timeout=60)
+    sock.settimeout(None)  # requests may come minutes apart (a long training step)
 
     try:
         from .weight_sync import EngineSession, serve
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sock.close()
         return 1
-    listener = socket.create_server(("127.0.0.1", 0))
+    listener = socket.create_server((a.listen_host, 0))
     listener.settimeout(1.0)
     ready = {"op": "ready", "ok": True, "pid": os.getpid(), "device": a.device,
              "port": listener.getsockname()[1]}
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             sock.close()
         if reason == "shutdown":
             break
-        sock = _next_connection(listener, parent)
+        sock = _next_connection(listener, parent, secret)
         if sock is None:
             logging.info("the parent process is gone; exiting")
             break
