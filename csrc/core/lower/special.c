@@ -121,7 +121,19 @@ static tpuc_status *polygamma_at(tpuc_lower_ctx *cx, int n_arg, int self_arg) {
     tv inf = SEL(ew_signbit(g, x), K(INFINITY), K(-INFINITY));
     return ew_finish(cx, SEL(CMP(IR_EQ, x, K(0)), inf, U(IR_DIGAMMA, x)));
   }
-  return ew_finish(cx, ir_binary(g, IR_POLYGAMMA, K((double)n), x));
+  /* XLA's polygamma is Hurwitz zeta, defined for x > 0 only (NaN below);
+   * PyTorch's sums from x itself, so it is defined for every x but the poles.
+   * The recurrence psi_n(x) = psi_n(x + M) + (-1)^(n+1) n! sum_{j<M} (x+j)^-(n+1)
+   * carries x > -M to where XLA's is defined (OpInfo's samples: |x| < 10);
+   * at the poles (x = 0, -1, ..) its term is the CPU's infinity. */
+  enum { M = 16 };
+  double fact = 1;
+  for (int64_t i = 2; i <= n; i++) fact *= (double)i;
+  tv sum = K(0), e = K((double)-(n + 1));
+  for (int j = 0; j < M; j++) sum = ADD(sum, ir_binary(g, IR_POW, ADD(x, K(j)), e));
+  tv shifted = ir_binary(g, IR_POLYGAMMA, K((double)n), ADD(x, K(M)));
+  tv r = ADD(shifted, MUL(K(n % 2 ? fact : -fact), sum));
+  return ew_finish(cx, SEL(CMP(IR_LT, x, K(M)), r, ir_binary(g, IR_POLYGAMMA, K((double)n), x)));
 }
 static tpuc_status *sp_polygamma(tpuc_lower_ctx *cx) { return polygamma_at(cx, 0, 1); }
 static tpuc_status *sp_polygamma_(tpuc_lower_ctx *cx) { return polygamma_at(cx, 1, 0); }
