@@ -250,3 +250,30 @@ def test_logspace(dtype):
             torch.testing.assert_close(got.cpu(), want, rtol=4e-16, atol=0)
         else:
             assert torch.equal(got.cpu(), want), (start, end, steps, base, got, want)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, 0.5, 0.7, 1.5, 2.5, float("inf")])
+def test_cdist(p):
+    """Forward and both gradients (float64, so the bound is a few ulp of the CPU's own
+    formulas); 0.7 and 2.5 are runtime exponents, the others are built into the program;
+    a row of x2 equal to one of x1 covers the zero-distance branches."""
+    torch.manual_seed(0)
+    a = torch.randn(2, 5, 4, dtype=torch.float64)
+    b = torch.randn(2, 6, 4, dtype=torch.float64)
+    b[0, 0] = a[0, 0]
+    w = torch.randn(2, 5, 6, dtype=torch.float64)
+    for mode in ("use_mm_for_euclid_dist_if_necessary", "donot_use_mm_for_euclid_dist"):
+        ac, bc = a.clone().requires_grad_(), b.clone().requires_grad_()
+        y = torch.cdist(ac, bc, p=p, compute_mode=mode)
+        ga, gb = torch.autograd.grad((y * w).sum(), (ac, bc))
+        ad, bd = a.to(DEV).requires_grad_(), b.to(DEV).requires_grad_()
+        before = fallback_counts()
+        yd = torch.cdist(ad, bd, p=p, compute_mode=mode)
+        gad, gbd = torch.autograd.grad((yd * w.to(DEV)).sum(), (ad, bd))
+        assert new_fallbacks(before) == []
+        for got, want in ((yd, y), (gad, ga), (gbd, gb)):
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-13, atol=1e-13)
+    a32 = torch.randn(3, 7, dtype=torch.float32)
+    b32 = torch.randn(4, 7, dtype=torch.float32)
+    torch.testing.assert_close(on_device(lambda s, t: torch.cdist(s, t, p=p), a32, b32).cpu(),
+                               torch.cdist(a32, b32, p=p))
