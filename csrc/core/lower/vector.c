@@ -110,8 +110,13 @@ static tpuc_status *vec_cdist(tpuc_lower_ctx *cx) {
   ir_graph *g = cx->g;
   ir_type o = cx->out_types[0];
   if (o.dtype != TPUC_F32 && o.dtype != TPUC_F64) return lx_unimplemented(cx, "cdist: dtype");
-  if (o.ndim < 2 || ir_numel(&o) == 0) return lx_unimplemented(cx, "cdist: shape");
+  if (o.ndim < 2) return lx_unimplemented(cx, "cdist: shape");
   tv x1 = lx_convert(g, lx_tensor(cx, 0), o.dtype), x2 = lx_convert(g, lx_tensor(cx, 1), o.dtype);
+  ir_type t1 = ir_type_of(g, x1);
+  if (ir_numel(&o) == 0 || t1.dims[t1.ndim - 1] == 0) { /* no pairs, or no features: 0 */
+    cx->results[0] = ir_splat(g, o, 0.0);
+    return NULL;
+  }
   tv a = ir_unary(g, IR_ABS, pair_diff(g, x1, x2, o));
   p_arg p = read_p(cx, 2, o.dtype);
   tv nz = ir_convert(g, ir_compare(g, IR_NE, a, lx_splat_like(g, a, 0)), o.dtype);
@@ -136,7 +141,11 @@ static tpuc_status *vec_cdist_backward(tpuc_lower_ctx *cx) {
   if (o.dtype != TPUC_F32 && o.dtype != TPUC_F64) return lx_unimplemented(cx, "cdist: dtype");
   tv gr = lx_convert(g, lx_tensor(cx, 0), o.dtype), dist = lx_convert(g, lx_tensor(cx, 4), o.dtype);
   ir_type gt = ir_type_of(g, gr);
-  if (gt.ndim < 2 || ir_numel(&gt) == 0 || ir_numel(&o) == 0) return lx_unimplemented(cx, "cdist: shape");
+  if (gt.ndim < 2) return lx_unimplemented(cx, "cdist: shape");
+  if (ir_numel(&gt) == 0 || ir_numel(&o) == 0) { /* nothing flows back */
+    cx->results[0] = ir_splat(g, o, 0.0);
+    return NULL;
+  }
   tv x1 = lx_convert(g, lx_tensor(cx, 1), o.dtype), x2 = lx_convert(g, lx_tensor(cx, 2), o.dtype);
   tv d = pair_diff(g, x1, x2, gt); /* [.., P, R, M] */
   ir_type dt = ir_type_of(g, d);
