@@ -277,3 +277,24 @@ def test_cdist(p):
     b32 = torch.randn(4, 7, dtype=torch.float32)
     torch.testing.assert_close(on_device(lambda s, t: torch.cdist(s, t, p=p), a32, b32).cpu(),
                                torch.cdist(a32, b32, p=p))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+def test_nanmedian(dtype):
+    """Values and indices equal to the CPU's (ties among integers included), NaNs skipped, an
+    all-NaN row NaN (its index is wherever the CPU's nth_element left a NaN: not compared),
+    -0.0 kept."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 7, 6).mul(5).to(dtype)
+    if dtype.is_floating_point:
+        x[0, 1, :] = float("nan")
+        x[1, :3, 2] = float("nan")
+        x[2, 0, 0] = -0.0
+    for d in (0, 1, 2, -1):
+        v, i = on_device(lambda t: torch.nanmedian(t, d), x)
+        wv, wi = torch.nanmedian(x, d)
+        assert torch.equal(v.cpu().nan_to_num(), wv.nan_to_num()) and torch.equal(v.cpu().isnan(), wv.isnan())
+        keep = ~wv.isnan()
+        assert torch.equal(i.cpu()[keep], wi[keep])
+    got = on_device(torch.nanmedian, x).cpu()
+    assert torch.equal(got.nan_to_num(), torch.nanmedian(x).nan_to_num())
