@@ -115,9 +115,8 @@ static bool labels_of(tpuc_lower_ctx *cx, int self, int target, label_rows *m) {
   ir_graph *g = cx->g;
   tv x = lx_tensor(cx, self), y = lx_tensor(cx, target);
   ir_type xt = ir_type_of(g, x);
-  if ((xt.dtype != TPUC_F32 && xt.dtype != TPUC_F64) || xt.ndim < 1 || xt.ndim > 2 || ir_numel(&xt) == 0)
-    return false;
-  int64_t c = xt.dims[xt.ndim - 1], n = xt.ndim == 2 ? xt.dims[0] : 1;
+  if ((xt.dtype != TPUC_F32 && xt.dtype != TPUC_F64) || xt.ndim > 2 || ir_numel(&xt) == 0) return false;
+  int64_t c = xt.ndim == 0 ? 1 : xt.dims[xt.ndim - 1], n = xt.ndim == 2 ? xt.dims[0] : 1;
   int64_t d2[2] = {n, c}, d3[3] = {n, c, c};
   tpuc_dtype fd = xt.dtype;
   x = ir_reshape(g, x, 2, d2);
