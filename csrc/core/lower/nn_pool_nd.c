@@ -530,7 +530,7 @@ const tpuc_lowering tpuc_lowerings_nn_pool_nd[] = {
     {"aten::_adaptive_avg_pool3d.out", l_adaptive_avg_pool3d},
     {"aten::adaptive_avg_pool3d.out", l_adaptive_avg_pool3d},
     {"aten::_adaptive_avg_pool3d_backward", l_adaptive_avg_pool3d_bw},
-    {"aten::_adaptive_avg_pool3d_backward.grad_input", l_adaptive_avg_pool3d_bw},
+    {"aten::_adaptive_avg_pool3d_backward.out", l_adaptive_avg_pool3d_bw},
     {"aten::max_pool3d_with_indices", l_max_pool3d},
     {"aten::max_pool3d_with_indices.out", l_max_pool3d},
     {"aten::max_pool3d_with_indices_backward", l_max_pool3d_bw},
