@@ -1,7 +1,7 @@
 """CI's slice of the OpInfo conformance sweep (tests/conformance, `make conformance`).
 
 The ops a transformer's training step uses and one or more of each family given a lowering
-since (FFT, factorisations), float32, 2 sample inputs each, run through the
+since (FFT, factorisations, special functions, 3-D pooling, cross), float32, 2 sample inputs each, run through the
 same worker subprocesses as the full sweep. Each must pass or be a listed known failure,
 and must run natively wherever docs/op_coverage.json (the committed full sweep) says it did,
 so a lowering that regresses to the CPU fallback fails here."""
@@ -34,7 +34,9 @@ FFT_LINALG_OPS = [
     "linalg.cholesky", "linalg.cholesky_ex", "cholesky", "cholesky_solve", "cholesky_inverse",
     "linalg.solve_triangular", "triangular_solve",
 ]
-OPS = TRANSFORMER_OPS + FFT_LINALG_OPS
+# Special functions, 3-D pooling, the tail (lower/special.c, nn_pool_nd.c, vector.c).
+SPECIAL_POOL_OPS = ["i0", "nn.functional.adaptive_avg_pool3d", "linalg.cross"]
+OPS = TRANSFORMER_OPS + FFT_LINALG_OPS + SPECIAL_POOL_OPS
 DTYPE = "float32"
 
 

@@ -95,6 +95,9 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
       info->output_size_arg = static_cast<int>(i);
   }
   info->own_grouped_mm_meta = info->name == "aten::_grouped_mm";
+  if (info->name == "aten::multi_margin_loss_backward" ||
+      info->name == "aten::multilabel_margin_loss_backward")
+    info->like_arg_meta = 1;
   info->cpp_meta = cpp_meta_for(info->name);
   using BnEval = OpInfo::BnEval;
   for (const char* n : {"aten::native_batch_norm", "aten::native_batch_norm.out",

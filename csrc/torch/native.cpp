@@ -202,6 +202,17 @@ bool run_meta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, Met
     grouped_mm_meta(ms);
     return true;
   }
+  if (info.like_arg_meta >= 0) {  // OpInfo::like_arg_meta: one output like that input
+    const at::Tensor like = ms.stack[info.like_arg_meta].toTensor();
+    const std::vector<int64_t> size = like.sizes().vec();
+    std::vector<int64_t> stride(size.size(), 1);
+    for (int64_t i = static_cast<int64_t>(size.size()) - 2; i >= 0; --i)
+      stride[i] = stride[i + 1] * std::max<int64_t>(size[i + 1], 1);
+    const c10::ScalarType dt = like.scalar_type();
+    ms.stack.clear();
+    ms.stack.push_back(at::Tensor(at::detail::empty_strided_meta(size, stride, dt)));
+    return true;
+  }
   if (info.cpp_meta) {
     info.cpp_meta(ms.stack);  // a c10::Error: PyTorch's own, as on the CPU
     return true;

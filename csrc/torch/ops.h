@@ -60,6 +60,9 @@ struct OpInfo {
   // floating dtype and layout, so tpuc computes its output metadata itself
   // (native.cpp, grouped_mm_meta).
   bool own_grouped_mm_meta = false;
+  // Backwards PyTorch gives no Meta kernel whose one output is shaped and typed
+  // like an input (multi_margin_loss_backward: like self): that input's index.
+  int like_arg_meta = -1;
   // The arithmetic ops taken whole (arith.cpp's unboxed kernels: add, sub,
   // mul, div and their in-place forms, whose misses reach the boxed kernel
   // with their stack): their metadata comes from PyTorch's

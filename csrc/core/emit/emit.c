@@ -161,7 +161,8 @@ static const char *binary_name(int op) {
       [IR_ATAN2] = "stablehlo.atan2", [IR_AND] = "stablehlo.and", [IR_OR] = "stablehlo.or",
       [IR_XOR] = "stablehlo.xor", [IR_SHL] = "stablehlo.shift_left",
       [IR_SHR_ARITH] = "stablehlo.shift_right_arithmetic",
-      [IR_SHR_LOGICAL] = "stablehlo.shift_right_logical", [IR_COMPLEX] = "stablehlo.complex"};
+      [IR_SHR_LOGICAL] = "stablehlo.shift_right_logical", [IR_COMPLEX] = "stablehlo.complex",
+      [IR_POLYGAMMA] = "chlo.polygamma"};
   return op >= 0 && op < IR_BINARY_COUNT && names[op] ? names[op] : "stablehlo.unknown";
 }
 

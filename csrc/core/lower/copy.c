@@ -1,6 +1,6 @@
 /* copy.c — lowerings of copies and of the factories that fill an out=
  * tensor: copy_ (dtype conversion and broadcast into self's view),
- * _to_copy, clone, _copy_from; arange, linspace, eye, full/zeros/ones.
+ * _to_copy, clone, _copy_from; arange, linspace, logspace, eye, full/zeros/ones.
  *
  * A copy converts its source to the destination's dtype and broadcasts it to
  * the destination's shape; the engine writes the result through the
@@ -94,6 +94,40 @@ static tpuc_status *cp_linspace(tpuc_lower_ctx *cx) {
   return ew_finish(cx, ir_select(g, first_half, up, down));
 }
 
+/* logspace(start, end, steps, base, *, out): base ** linspace, all in
+ * float64 as PyTorch's CPU kernel (bounds rounded to the output's dtype,
+ * their difference taken in it — float for float16/bfloat16 — then the
+ * first half counting up from start, the second down from end; one step:
+ * base ** start unrounded). Integer outputs stay on the CPU (below). The XLA CPU
+ * plugin runs the float64 math; a TPU has no float64, so there this program
+ * needs a float32 variant (not built: untested without a TPU). */
+static tpuc_status *cp_logspace(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type o = cx->out_types[0];
+  if (ir_is_complex(o.dtype) || o.dtype == TPUC_PRED || o.ndim != 1) return lx_unimplemented(cx, "output");
+  /* XLA's CPU compiler contracts end - step * k into one fused multiply-add,
+   * so an exponent the CPU computes as exactly 0 can come out -5e-17; a float
+   * result differs by an ulp of float64, an integer one (pow truncated) by 1 */
+  if (!ir_is_float(o.dtype)) return lx_unimplemented(cx, "logspace: integer output");
+  int64_t n = o.dims[0];
+  tv base = scalar_of(cx, 3, TPUC_F64);
+  if (n == 1) return ew_finish(cx, broadcast_out(cx, ir_binary(g, IR_POW, base, scalar_of(cx, 0, TPUC_F64))));
+  tpuc_dtype diff = ir_is_float(o.dtype) ? lx_compute_dtype(o.dtype) : o.dtype;
+  tv s0 = scalar_of(cx, 0, o.dtype), e0 = scalar_of(cx, 1, o.dtype);
+  tv span = ir_convert(g, ir_binary(g, IR_SUB, ir_convert(g, e0, diff), ir_convert(g, s0, diff)), TPUC_F64);
+  tv step = ir_binary(g, IR_DIV, span, ir_splat(g, ir_scalar_type(TPUC_F64), (double)(n > 1 ? n - 1 : 1)));
+  ir_type t = ir_with_dtype(o, TPUC_F64);
+  tv start = broadcast_out(cx, ir_convert(g, s0, TPUC_F64)), end = broadcast_out(cx, ir_convert(g, e0, TPUC_F64));
+  step = broadcast_out(cx, step);
+  tv i = ir_iota(g, t, 0);
+  tv up = ir_binary(g, IR_ADD, start, ir_binary(g, IR_MUL, step, i));
+  tv back = ir_binary(g, IR_SUB, ir_splat(g, t, (double)(n - 1)), i);
+  tv down = ir_binary(g, IR_SUB, end, ir_binary(g, IR_MUL, step, back));
+  tv first_half = ir_compare(g, IR_LT, i, ir_splat(g, t, (double)(n / 2)));
+  tv e = ir_select(g, first_half, up, down);
+  return ew_finish(cx, ir_binary(g, IR_POW, broadcast_out(cx, base), e));
+}
+
 static tpuc_status *cp_eye(tpuc_lower_ctx *cx) { /* (n, [m,] *, out) */
   ir_graph *g = cx->g;
   ir_type o = cx->out_types[0];
@@ -122,6 +156,10 @@ const tpuc_lowering tpuc_lowerings_copy[] = {
     E("linspace.Tensor_Tensor_out", cp_linspace),
     E("linspace.Tensor_Scalar_out", cp_linspace),
     E("linspace.Scalar_Tensor_out", cp_linspace),
+    E("logspace.out", cp_logspace),
+    E("logspace.Tensor_Tensor_out", cp_logspace),
+    E("logspace.Tensor_Scalar_out", cp_logspace),
+    E("logspace.Scalar_Tensor_out", cp_logspace),
     E("eye.out", cp_eye),
     E("eye.m_out", cp_eye),
     E("full.out", cp_full),

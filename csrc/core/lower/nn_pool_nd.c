@@ -1,6 +1,7 @@
 /* nn_pool_nd.c — pooling the 2-D lowerings (nn_conv.c) do not cover, which
- * vision and video models still sent to the CPU: adaptive_max_pool2d,
- * max_pool3d_with_indices and avg_pool3d (each with its backward), and
+ * vision and video models still sent to the CPU: adaptive_max_pool2d/3d,
+ * adaptive_avg_pool3d, max_pool3d_with_indices and avg_pool3d (each with its
+ * backward), and
  * im2col / col2im (unfold / fold). Windowed maxima gather each window (NaN
  * wins, the first maximum's index); backward passes scatter-add by index.
  * f16/bf16 compute in f32 like PyTorch's CPU kernels. */
@@ -127,22 +128,23 @@ static win_axis *ex_axes(ir_graph *g, int n) {
   return ax;
 }
 
-/* adaptive_max_pool2d(self, output_size) -> (out, indices). */
-static tpuc_status *l_adaptive_max_pool2d(tpuc_lower_ctx *cx) {
+/* adaptive_max_pool{2,3}d(self, output_size) -> (out, indices) over the
+ * last n dims: window o covers floor(o*h/out) .. ceil((o+1)*h/out). */
+static tpuc_status *adaptive_max_pool(tpuc_lower_ctx *cx, int n) {
   ir_graph *g = cx->g;
   ir_type ot = lx_out(cx, 0);
   tv x = lx_tensor(cx, 0);
   ir_type xt = ir_type_of(g, x);
-  if (xt.ndim != 3 && xt.ndim != 4) return lx_unimplemented(cx, "adaptive_max_pool2d rank");
-  if (ir_numel(&ot) == 0) return lx_unimplemented(cx, "empty adaptive_max_pool2d");
-  for (int d = 0; d < 2; d++)
-    if (ot.dims[ot.ndim - 2 + d] > 4096) return lx_unimplemented(cx, "adaptive pool output too large");
-  win_axis *ax = ex_axes(g, 2);
+  if (xt.ndim != n + 1 && xt.ndim != n + 2) return lx_unimplemented(cx, "adaptive_max_pool rank");
+  if (ir_numel(&ot) == 0) return lx_unimplemented(cx, "empty adaptive_max_pool");
+  for (int d = 0; d < n; d++)
+    if (ot.dims[ot.ndim - n + d] > 4096) return lx_unimplemented(cx, "adaptive pool output too large");
+  win_axis *ax = ex_axes(g, n);
   if (!ax) return lx_unimplemented(cx, "out of memory");
-  for (int d = 0; d < 2; d++) {
+  for (int d = 0; d < n; d++) {
     win_axis *a = &ax[d];
-    a->size = xt.dims[xt.ndim - 2 + d];
-    a->out = ot.dims[ot.ndim - 2 + d];
+    a->size = xt.dims[xt.ndim - n + d];
+    a->out = ot.dims[ot.ndim - n + d];
     a->step = 1;
     for (int64_t o = 0; o < a->out; o++) {
       a->start[o] = o * a->size / a->out;
@@ -152,13 +154,77 @@ static tpuc_status *l_adaptive_max_pool2d(tpuc_lower_ctx *cx) {
     }
   }
   tv vals, idx;
-  bool ok = window_max(g, ex_batch(g, x, 2), 2, ax, &vals, &idx);
+  bool ok = window_max(g, ex_batch(g, x, n), n, ax, &vals, &idx);
   free(ax);
   if (!ok) return NULL; /* the graph's error */
   cx->results[0] = lo_fit(g, vals, ot);
   if (cx->noutputs > 1) cx->results[1] = lo_fit(g, idx, lx_out(cx, 1));
   return NULL;
 }
+static tpuc_status *l_adaptive_max_pool2d(tpuc_lower_ctx *cx) { return adaptive_max_pool(cx, 2); }
+static tpuc_status *l_adaptive_max_pool3d(tpuc_lower_ctx *cx) { return adaptive_max_pool(cx, 3); }
+
+/* ---- adaptive_avg_pool3d ---- */
+
+/* The averaging matrix [o, h] of adaptive pooling along one dim (1/size on
+ * window i = floor(i*h/o) .. ceil((i+1)*h/o), 0 elsewhere), in cd. */
+static tv adaptive_weights(ir_graph *g, int64_t o, int64_t h, tpuc_dtype cd) {
+  int64_t d[2] = {o, h}, b0 = 0;
+  ir_type t = ir_make_type(TPUC_S64, 2, d), t1 = ir_make_type(TPUC_S64, 1, &o);
+  tv i = ir_iota(g, t1, 0);
+  tv start = ir_binary(g, IR_DIV, ir_binary(g, IR_MUL, i, ir_splat_i64(g, t1, h)), ir_splat_i64(g, t1, o));
+  tv ip1 = ir_binary(g, IR_ADD, i, ir_splat_i64(g, t1, 1));
+  tv end = ir_binary(g, IR_DIV, ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, ip1, ir_splat_i64(g, t1, h)),
+                                          ir_splat_i64(g, t1, o - 1)),
+                     ir_splat_i64(g, t1, o));
+  tv col = ir_iota(g, t, 1);
+  tv in = ir_binary(g, IR_AND, ir_compare(g, IR_GE, col, ir_broadcast_in_dim(g, start, t, &b0)),
+                    ir_compare(g, IR_LT, col, ir_broadcast_in_dim(g, end, t, &b0)));
+  tv size = ir_broadcast_in_dim(g, ir_convert(g, ir_binary(g, IR_SUB, end, start), cd),
+                                ir_with_dtype(t, cd), &b0);
+  return ir_binary(g, IR_DIV, ir_convert(g, in, cd), size);
+}
+
+/* x [B, A1, A2, A3] contracted along dim 1 three times with m[i] (dim mdim
+ * contracted): each pass appends the new dim last, so after three the dims
+ * are back in order. */
+static tv apply_3(ir_graph *g, tv x, const tv *m, int64_t mdim) {
+  int64_t c1 = 1;
+  for (int i = 0; i < 3; i++) x = ir_dot_general(g, x, m[i], NULL, NULL, 0, &c1, &mdim, 1, lo_dtype(g, x));
+  return x;
+}
+
+/* _adaptive_avg_pool3d / adaptive_avg_pool3d.out (self, output_size) and
+ * _adaptive_avg_pool3d_backward(grad_output, self): three contractions with
+ * averaging matrices, float32/float64. */
+static tpuc_status *adaptive_avg_pool3d(tpuc_lower_ctx *cx, bool backward) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = lx_tensor(cx, backward ? 1 : 0);
+  ir_type xt = ir_type_of(g, x);
+  if (xt.ndim != 4 && xt.ndim != 5) return lx_unimplemented(cx, "adaptive_avg_pool3d rank");
+  /* PyTorch's CPU kernel sums each window in the 16-bit type itself, rounding
+   * every addition, then divides three times: a float32 sum differs by far more
+   * than an ulp. Matching it means a sequential per-element sum; not built, so
+   * float16/bfloat16 stay on the CPU. */
+  if (ot.dtype != TPUC_F32 && ot.dtype != TPUC_F64)
+    return lx_unimplemented(cx, "adaptive_avg_pool3d: float16/bfloat16 (the CPU sums in them)");
+  tpuc_dtype cd = ot.dtype;
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
+  tv go = backward ? lx_tensor(cx, 0) : IR_NONE;
+  ir_type st = backward ? ir_type_of(g, go) : ot; /* the pooled shape */
+  tv m[3];
+  for (int d = 0; d < 3; d++)
+    m[d] = adaptive_weights(g, st.dims[st.ndim - 3 + d], xt.dims[xt.ndim - 3 + d], cd);
+  tv in = ex_batch(g, ir_convert(g, backward ? go : x, cd), 3);
+  cx->results[0] = lo_fit(g, apply_3(g, in, m, backward ? 0 : 1), ot);
+  return NULL;
+}
+static tpuc_status *l_adaptive_avg_pool3d(tpuc_lower_ctx *cx) { return adaptive_avg_pool3d(cx, false); }
+static tpuc_status *l_adaptive_avg_pool3d_bw(tpuc_lower_ctx *cx) { return adaptive_avg_pool3d(cx, true); }
 
 /* The backward of a max pooling with indices over n spatial dims:
  * grad_output at `go_arg`, self at `self_arg`, indices at `idx_arg`. */
@@ -187,6 +253,7 @@ static tpuc_status *lower_max_pool_bw(tpuc_lower_ctx *cx, int n, int go_arg, int
 
 /* adaptive_max_pool2d_backward(grad_output, self, indices). */
 static tpuc_status *l_adaptive_max_pool2d_bw(tpuc_lower_ctx *cx) { return lower_max_pool_bw(cx, 2, 0, 1, 2); }
+static tpuc_status *l_adaptive_max_pool3d_bw(tpuc_lower_ctx *cx) { return lower_max_pool_bw(cx, 3, 0, 1, 2); }
 
 /* Pooling params of n spatial dims from arg `a`: kernel_size, stride
  * (empty: the kernel), padding, [dilation]. */
@@ -455,6 +522,15 @@ const tpuc_lowering tpuc_lowerings_nn_pool_nd[] = {
     {"aten::adaptive_max_pool2d.out", l_adaptive_max_pool2d},
     {"aten::adaptive_max_pool2d_backward", l_adaptive_max_pool2d_bw},
     {"aten::adaptive_max_pool2d_backward.grad_input", l_adaptive_max_pool2d_bw},
+    {"aten::adaptive_max_pool3d", l_adaptive_max_pool3d},
+    {"aten::adaptive_max_pool3d.out", l_adaptive_max_pool3d},
+    {"aten::adaptive_max_pool3d_backward", l_adaptive_max_pool3d_bw},
+    {"aten::adaptive_max_pool3d_backward.grad_input", l_adaptive_max_pool3d_bw},
+    {"aten::_adaptive_avg_pool3d", l_adaptive_avg_pool3d},
+    {"aten::_adaptive_avg_pool3d.out", l_adaptive_avg_pool3d},
+    {"aten::adaptive_avg_pool3d.out", l_adaptive_avg_pool3d},
+    {"aten::_adaptive_avg_pool3d_backward", l_adaptive_avg_pool3d_bw},
+    {"aten::_adaptive_avg_pool3d_backward.out", l_adaptive_avg_pool3d_bw},
     {"aten::max_pool3d_with_indices", l_max_pool3d},
     {"aten::max_pool3d_with_indices.out", l_max_pool3d},
     {"aten::max_pool3d_with_indices_backward", l_max_pool3d_bw},

@@ -275,6 +275,79 @@ static tpuc_status *rd_median_dim(tpuc_lower_ctx *cx) { /* (self, dim, keepdim) 
   return NULL;
 }
 
+/* nanmedian: the lower median of the non-NaN values along dim and its index
+ * (PyTorch's CPU: position (n_valid - 1) / 2, C division, of a sort that puts
+ * NaN last, so an all-NaN row gives NaN; its index is where the CPU's
+ * nth_element left a NaN, here the row's first NaN). NaNs are made
+ * positive first: the sort's total order puts a negative NaN first. Picked by
+ * a one-hot max (not a sum, which would turn -0.0 into +0.0). */
+static void nanmedian_along(ir_graph *g, tv x, int dim, tv *values, tv *indices) {
+  ir_type t = ir_type_of(g, x);
+  tv key = x, valid = IR_NONE;
+  if (ir_is_float(t.dtype)) {
+    tv nan = ew_isnan(g, x);
+    key = ir_select(g, nan, ew_splat(g, x, NAN), x);
+    valid = ir_convert(g, ir_unary(g, IR_NOT, nan), TPUC_S64);
+  }
+  tv sorted, perm;
+  ir_sort(g, key, dim, false, &sorted, &perm);
+  int64_t dd = dim, n = t.dims[dim];
+  ir_type it = ir_with_dtype(t, TPUC_S64);
+  tv count = valid == IR_NONE ? IR_NONE
+                              : ir_reduce(g, valid, ew_reduce_init(g, TPUC_S64, IR_RED_SUM), IR_RED_SUM, &dd, 1);
+  tv pos; /* [.. without dim] */
+  if (count == IR_NONE) { /* integers: no NaN */
+    int64_t rd[TPUC_MAX_DIMS];
+    for (int k = 0, j = 0; k < t.ndim; k++)
+      if (k != dim) rd[j++] = t.dims[k];
+    pos = ir_splat_i64(g, ir_make_type(TPUC_S64, t.ndim - 1, rd), (n - 1) / 2);
+  } else {
+    ir_type rt = ir_type_of(g, count);
+    tv km1 = ir_binary(g, IR_SUB, count, ir_splat_i64(g, rt, 1));
+    pos = ir_binary(g, IR_DIV, km1, ir_splat_i64(g, rt, 2)); /* truncates: -1 / 2 = 0 */
+  }
+  int64_t bd[TPUC_MAX_DIMS];
+  for (int k = 0, j = 0; k < t.ndim; k++)
+    if (k != dim) bd[j++] = k;
+  tv at = ir_compare(g, IR_EQ, ir_iota(g, it, dim), ir_broadcast_in_dim(g, pos, it, bd));
+  tv low = ew_reduce_init(g, t.dtype, IR_RED_MAX);
+  tv v = ir_reduce(g, ir_select(g, at, sorted, ir_broadcast_in_dim(g, low, t, NULL)), low, IR_RED_MAX, &dd, 1);
+  tv i = ir_reduce(g, ir_select(g, at, perm, ir_splat_i64(g, it, -1)), ew_reduce_init(g, TPUC_S64, IR_RED_MAX),
+                   IR_RED_MAX, &dd, 1);
+  if (count != IR_NONE) /* all NaN: NaN (the max above skips it on XLA CPU) */
+    v = ir_select(g, ir_compare(g, IR_EQ, count, ir_splat_i64(g, ir_type_of(g, count), 0)),
+                  ew_splat(g, v, NAN), v);
+  *values = v;
+  *indices = i;
+}
+
+static tpuc_status *rd_nanmedian_all(tpuc_lower_ctx *cx) { /* (self) */
+  ir_graph *g = cx->g;
+  tv x = lx_tensor(cx, 0), v, i;
+  ir_type t = ir_type_of(g, x);
+  int64_t numel = ir_numel(&t);
+  if (ir_is_complex(t.dtype) || t.dtype == TPUC_PRED || numel == 0) return lx_unimplemented(cx, "input");
+  nanmedian_along(g, ir_reshape(g, x, 1, &numel), 0, &v, &i);
+  put(cx, 0, v);
+  return NULL;
+}
+
+static tpuc_status *rd_nanmedian_dim(tpuc_lower_ctx *cx) { /* (self, dim, keepdim) */
+  ir_graph *g = cx->g;
+  tv x = lx_tensor(cx, 0), v, i;
+  ir_type t = ir_type_of(g, x);
+  if (ir_is_complex(t.dtype) || t.dtype == TPUC_PRED || ir_numel(&t) == 0) return lx_unimplemented(cx, "input");
+  if (t.ndim == 0) {
+    v = x;
+    i = ir_splat(g, ir_scalar_type(TPUC_S64), 0);
+  } else {
+    nanmedian_along(g, x, (int)lx_dim(lx_int(cx, 1, 0), t.ndim), &v, &i);
+  }
+  put(cx, 0, v);
+  put(cx, 1, i);
+  return NULL;
+}
+
 /* ---- var, std ---- */
 
 /* (self, dim?, *, correction?, keepdim): the variance (or its square root)
@@ -454,6 +527,8 @@ const tpuc_lowering tpuc_lowerings_reduce[] = {
     E("aminmax", rd_aminmax), E("aminmax.out", rd_aminmax),
     E("median", rd_median_all), E("median.out", rd_median_all),
     E("median.dim", rd_median_dim), E("median.dim_values", rd_median_dim),
+    E("nanmedian", rd_nanmedian_all), E("nanmedian.out", rd_nanmedian_all),
+    E("nanmedian.dim", rd_nanmedian_dim), E("nanmedian.dim_values", rd_nanmedian_dim),
     E("amax", rd_amax), E("amax.out", rd_amax),
     E("amin", rd_amin), E("amin.out", rd_amin),
     E("max", rd_max_all), E("max.unary_out", rd_max_all),

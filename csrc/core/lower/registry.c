@@ -24,6 +24,9 @@ EMPTY_FAMILY(tpuc_lowerings_grouped_mm);
 EMPTY_FAMILY(tpuc_lowerings_count);
 EMPTY_FAMILY(tpuc_lowerings_assert);
 EMPTY_FAMILY(tpuc_lowerings_fft);
+EMPTY_FAMILY(tpuc_lowerings_special);
+EMPTY_FAMILY(tpuc_lowerings_vector);
+EMPTY_FAMILY(tpuc_lowerings_nn_margin);
 
 static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
@@ -32,6 +35,7 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_nn_extra,    tpuc_lowerings_nn_pool_nd, tpuc_lowerings_upsample,
     tpuc_lowerings_grouped_mm,
     tpuc_lowerings_count,       tpuc_lowerings_assert, tpuc_lowerings_fft,
+    tpuc_lowerings_special,     tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
