@@ -12,16 +12,7 @@
 #define PI 3.14159265358979323846
 #define LN2 0.69314718055994530942
 
-#define K(v) ew_splat(g, x, (v))
-#define ADD(a, b) ir_binary(g, IR_ADD, (a), (b))
-#define SUB(a, b) ir_binary(g, IR_SUB, (a), (b))
-#define MUL(a, b) ir_binary(g, IR_MUL, (a), (b))
-#define DIV(a, b) ir_binary(g, IR_DIV, (a), (b))
-#define U(op, a) ir_unary(g, (op), (a))
-#define SEL(c, a, b) ir_select(g, (c), (a), (b))
-#define CMP(dir, a, b) ir_compare(g, (dir), (a), (b))
-#define AND(a, b) ir_binary(g, IR_AND, (a), (b))
-#define OR(a, b) ir_binary(g, IR_OR, (a), (b))
+#include "ew_shorthand.h"
 
 /* ---- unary ---- */
 

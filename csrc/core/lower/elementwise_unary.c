@@ -40,14 +40,7 @@ tv ew_scalar_like(tpuc_lower_ctx *cx, int i, tv x, double dflt) {
   return ew_operand(cx, i, ir_type_of(cx->g, x));
 }
 
-#define K(v) ew_splat(g, x, (v))
-#define ADD(a, b) ir_binary(g, IR_ADD, (a), (b))
-#define SUB(a, b) ir_binary(g, IR_SUB, (a), (b))
-#define MUL(a, b) ir_binary(g, IR_MUL, (a), (b))
-#define DIV(a, b) ir_binary(g, IR_DIV, (a), (b))
-#define U(op, a) ir_unary(g, (op), (a))
-#define SEL(c, a, b) ir_select(g, (c), (a), (b))
-#define CMP(dir, a, b) ir_compare(g, (dir), (a), (b))
+#include "ew_shorthand.h"
 
 /* ---- builders of the simple ops ---- */
 

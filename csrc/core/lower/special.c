@@ -33,14 +33,7 @@
 
 #define PI 3.14159265358979323846
 
-#define K(v) ew_splat(g, x, (v))
-#define ADD(a, b) ir_binary(g, IR_ADD, (a), (b))
-#define SUB(a, b) ir_binary(g, IR_SUB, (a), (b))
-#define MUL(a, b) ir_binary(g, IR_MUL, (a), (b))
-#define DIV(a, b) ir_binary(g, IR_DIV, (a), (b))
-#define U(op, a) ir_unary(g, (op), (a))
-#define SEL(c, a, b) ir_select(g, (c), (a), (b))
-#define CMP(dir, a, b) ir_compare(g, (dir), (a), (b))
+#include "ew_shorthand.h"
 
 /* ---- modified Bessel functions of order 0 and 1 ---- */
 
