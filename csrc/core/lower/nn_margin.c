@@ -51,6 +51,22 @@ static bool rows_of(tpuc_lower_ctx *cx, int self, int target, int margin, int we
   return true;
 }
 
+/* gi [N, C] times the loss's incoming gradient (input 0): per row without
+ * reduction, else the scalar (divided by N for a mean). */
+static tv times_grad_output(tpuc_lower_ctx *cx, tv gi, int64_t n, int64_t red) {
+  ir_graph *g = cx->g;
+  ir_type t = ir_type_of(g, gi);
+  tv go = ir_convert(g, lx_tensor(cx, 0), t.dtype);
+  int64_t b0 = 0;
+  if (red == RED_NONE && n > 1) {
+    go = ir_broadcast_in_dim(g, ir_reshape(g, go, 1, &n), t, &b0);
+  } else {
+    go = lx_coerce(g, ir_reshape(g, go, 0, NULL), t);
+    if (red == RED_MEAN) go = lo_binc(g, IR_DIV, go, (double)n);
+  }
+  return ir_binary(g, IR_MUL, gi, go);
+}
+
 /* multi_margin_loss(self, target, p, margin, weight, reduction) */
 static tpuc_status *l_multi_margin(tpuc_lower_ctx *cx) {
   ir_graph *g = cx->g;
@@ -86,18 +102,11 @@ static tpuc_status *l_multi_margin_bw(tpuc_lower_ctx *cx) {
   tv dz = ir_convert(g, ir_compare(g, IR_GT, m.z, zero), t.dtype);
   if (p == 2) dz = ir_binary(g, IR_MUL, dz, ir_binary(g, IR_MUL, lx_splat_like(g, m.z, 2.0), m.z));
   dz = ir_select(g, m.hot, zero, lo_binc(g, IR_DIV, ir_binary(g, IR_MUL, dz, m.w), (double)m.c));
-  int64_t one = 1, b0 = 0;
+  int64_t one = 1;
   tv s = lx_coerce(g, lo_sum(g, dz, &one, 1, true), t);
   tv gi = ir_select(g, m.hot, ir_unary(g, IR_NEG, s), dz);
   int64_t red = lx_int(cx, 6, RED_MEAN);
-  tv go = ir_convert(g, lx_tensor(cx, 0), t.dtype);
-  if (red == RED_NONE && m.n > 1) {
-    go = ir_broadcast_in_dim(g, ir_reshape(g, go, 1, &m.n), t, &b0);
-  } else {
-    go = lx_coerce(g, ir_reshape(g, go, 0, NULL), t);
-    if (red == RED_MEAN) go = lo_binc(g, IR_DIV, go, (double)m.n);
-  }
-  cx->results[0] = lo_fit(g, ir_binary(g, IR_MUL, gi, go), ot);
+  cx->results[0] = lo_fit(g, times_grad_output(cx, gi, m.n, red), ot);
   return NULL;
 }
 
@@ -169,7 +178,7 @@ static tpuc_status *l_multilabel_margin_bw(tpuc_lower_ctx *cx) {
   label_rows m;
   if (!labels_of(cx, 1, 2, &m)) return lx_unimplemented(cx, "multilabel_margin_loss");
   ir_type t = ir_type_of(g, m.x);
-  int64_t one = 1, two = 2, b0 = 0, b01[2] = {0, 1};
+  int64_t one = 1, two = 2, b01[2] = {0, 1};
   tv zero = lo_const(g, t.dtype, 0);
   tv plus = ir_reduce(g, m.act, zero, IR_RED_SUM, &one, 1);                   /* [N, C] over k */
   tv per_k = ir_reduce(g, m.act, zero, IR_RED_SUM, &two, 1);                  /* [N, K] over d */
@@ -177,14 +186,7 @@ static tpuc_status *l_multilabel_margin_bw(tpuc_lower_ctx *cx) {
   tv minus = ir_reduce(g, ir_select(g, m.hot, ir_broadcast_in_dim(g, per_k, t3, b01), ir_splat(g, t3, 0)), zero,
                        IR_RED_SUM, &one, 1);                                  /* [N, C] at labels */
   tv gi = lo_binc(g, IR_DIV, ir_binary(g, IR_SUB, plus, minus), (double)m.c);
-  tv go = ir_convert(g, lx_tensor(cx, 0), t.dtype);
-  if (red == RED_NONE && m.n > 1) {
-    go = ir_broadcast_in_dim(g, ir_reshape(g, go, 1, &m.n), t, &b0);
-  } else {
-    go = lx_coerce(g, ir_reshape(g, go, 0, NULL), t);
-    if (red == RED_MEAN) go = lo_binc(g, IR_DIV, go, (double)m.n);
-  }
-  cx->results[0] = lo_fit(g, ir_binary(g, IR_MUL, gi, go), ot);
+  cx->results[0] = lo_fit(g, times_grad_output(cx, gi, m.n, red), ot);
   return NULL;
 }
 
