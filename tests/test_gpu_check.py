@@ -4,7 +4,10 @@ few; the script must not first fail there.
 
 - test_report_*: report.py on hand-written records (no processes; fast).
 - test_dry_run_quick: run.sh end to end with a subset (machine, coexist, train at the small
-  size, strict mode cold and warm): 26 s here, 40 s with the 2 cores busy. Part of the normal run.
+  size, strict mode cold and warm): 26 s here, 40 s with the 2 cores busy, 74 s in a CI run
+  beside other work. Part of the normal run. Its deadline is a ceiling, not a duration: a
+  deadline of 75 s once left the last contender 10 s on a slow CI machine (timed out), so it
+  is 180 s; the run still ends as soon as its work does.
 - test_dry_run_full: every phase and contender (2-3 min on 2 cores): only with
   TPUC_GPU_CHECK_FULL=1 (`make gpu-check-dry` runs the same thing).
 """
@@ -133,14 +136,15 @@ def _check_training(recs: list[dict[str, Any]], md: str, n_tpu: int) -> None:
 
 
 def test_dry_run_quick(tmp_path: Any) -> None:
-    recs, md, took = _dry_run(tmp_path, 75, GPU_CHECK_SIZES="small", GPU_CHECK_MODES="strict",
+    deadline = 180
+    recs, md, took = _dry_run(tmp_path, deadline, GPU_CHECK_SIZES="small", GPU_CHECK_MODES="strict",
                               GPU_CHECK_PHASES="machine,coexist,train")
     _check_training(recs, md, n_tpu=3)  # strict cold, warm, and cold with the compile-ahead queue
     co = {r["case"]: r for r in recs if r["kind"] == "coexist"}
     assert set(co) == {"ref", "tpu", "both"} and all(c["status"] == "pass" for c in co.values()), co
     assert co["tpu"]["loss_vs_ref"]["within_rtol"]
     assert "| coexistence (issue 31) | ref: pass, tpu: pass, both: pass |" in md
-    assert took < 75 + 30
+    assert took < deadline + 30
 
 
 @pytest.mark.skipif(os.environ.get("TPUC_GPU_CHECK_FULL") != "1",
