@@ -94,6 +94,8 @@ py::dict runtime_info() {
   d["platform_version"] = info.platform_version ? info.platform_version : "";
   d["pjrt_api_version"] = std::to_string(info.pjrt_api_major) + "." + std::to_string(info.pjrt_api_minor);
   d["device_count"] = info.device_count;
+  d["op_xla_options"] = info.op_xla_options ? info.op_xla_options : "";
+  d["op_xla_options_from_env"] = info.op_xla_options_from_env;
   return d;
 }
 

@@ -41,6 +41,8 @@ class _RuntimeInfo(ctypes.Structure):
         ("stablehlo_current", ctypes.c_int64 * 3),
         ("stablehlo_minimum", ctypes.c_int64 * 3),
         ("device_count", ctypes.c_int),
+        ("op_xla_options", ctypes.c_char_p),
+        ("op_xla_options_from_env", ctypes.c_bool),
     ]
 
 
@@ -135,6 +137,8 @@ class RuntimeDescription:
     xla_version: int | None
     stablehlo_current: str | None
     stablehlo_minimum: str | None
+    op_xla_options: str = ""          # strict mode's per-op programs' XLA options ("": none)
+    op_xla_options_from_env: bool = False
     devices: list[DeviceDescription] = field(default_factory=list)
 
 
@@ -159,6 +163,8 @@ def describe(plugin_path: str, cpu_device_count: int = 0) -> RuntimeDescription:
             xla_version=None if info.xla_version < 0 else info.xla_version,
             stablehlo_current=_version3(info.stablehlo_current),
             stablehlo_minimum=_version3(info.stablehlo_minimum),
+            op_xla_options=(info.op_xla_options or b"").decode(),
+            op_xla_options_from_env=bool(info.op_xla_options_from_env),
         )
         for i in range(info.device_count):
             d = _DeviceInfo()

@@ -70,6 +70,10 @@ def _info(as_json: bool) -> int:
         print(f"StableHLO:         {desc.stablehlo_minimum} .. {desc.stablehlo_current}")
     print(f"host heap:         {report['host_heap']}")
     print(f"XLA options:       {report['xla_options']}")
+    per_op = desc.op_xla_options or "none"
+    print(f"per-op programs:   {per_op} ("
+          + ("TPUC_OP_XLA_OPTIONS" if desc.op_xla_options_from_env else
+             f"the default on a {desc.platform} plugin; TPUC_OP_XLA_OPTIONS replaces it") + ")")
     print(f"import torch:      {report['autoload']}")
     print(f"tpu_dist:          {transport} transport ({transport_why})")
     print(f"devices:           {len(desc.devices)}")

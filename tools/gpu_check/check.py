@@ -343,6 +343,11 @@ def plan() -> list[Contender]:
                 # strict mode with the compile-ahead queue (TPUC_COMPILE_AHEAD=1, opt-in): what
                 # the queue buys on this plugin, cold
                 out.append(Contender(size, "tpu", "strict-ahead", "cold", t_cold))
+                if not S.dry:
+                    # strict mode with XLA's GEMM autotuning on for the per-op programs
+                    # (TPUC_OP_XLA_OPTIONS=none): what the GPU default
+                    # xla_gpu_autotune_level=0 saves, and what it costs per step (issue 30)
+                    out.append(Contender(size, "tpu", "strict-autotune", "cold", t_cold))
         if "ref_compile" in S.modes:  # inductor's first compile of fwd + bwd + AdamW: long
             out.append(Contender(size, ref, "compile", "", 150 if big else 90))
     return out
@@ -391,7 +396,7 @@ def phase_train(end: float) -> None:
             continue
         result = os.path.join(TMP, c.name.replace("/", "_") + ".json")
         argv = [S.python, os.path.join(HERE, "bench_one.py"), "--device", c.device, "--mode",
-                c.mode.replace("-ahead", ""), "--size", c.size, "--steps", str(S.steps), "--dtype", S.dtype,
+                c.mode.split("-")[0], "--size", c.size, "--steps", str(S.steps), "--dtype", S.dtype,
                 "--result", result]
         extra: dict[str, str] = {}
         if c.device == "tpu":
@@ -401,6 +406,8 @@ def phase_train(end: float) -> None:
             env = tpu_env(caches[key])
             if c.mode.endswith("-ahead"):
                 extra["TPUC_COMPILE_AHEAD"] = "1"
+            if c.mode.endswith("-autotune"):
+                extra["TPUC_OP_XLA_OPTIONS"] = "none"
             if c.mode == "compile" and not split_ok:
                 # torch.fx's split_module has no tuple_return before torch 2.12 (notes/gpu.md):
                 # one backward program needs no split

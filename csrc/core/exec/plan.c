@@ -642,8 +642,10 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
     rt->emitted_bytes += (int64_t)len;
     pthread_mutex_unlock(&rt->fast_lock);
     tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_BEGIN, name, "", -1, (int64_t)len, 0);
-    if (compile == PLAN_PREFETCH) tpuc_compile_submit(rt, text, len); /* e->exe stays NULL */
-    else st = tpuc_compile(rt, text, len, &e->exe);
+    /* one op's program (strict mode) gets the per-op XLA options (op_options.c) */
+    bool per_op = n == 1 && !(name && !strcmp(name, "fused chunk"));
+    if (compile == PLAN_PREFETCH) tpuc_compile_submit(rt, text, len, per_op); /* no exe yet */
+    else st = per_op ? tpuc_compile_op(rt, text, len, &e->exe) : tpuc_compile(rt, text, len, &e->exe);
     tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_END, name, "", -1, (int64_t)len, 0);
     if (st) {
       st = tpuc_status_wrap(st, name);

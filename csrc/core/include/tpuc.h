@@ -96,6 +96,11 @@ typedef struct {
   int64_t stablehlo_current[3]; /* -1 when the plugin does not say */
   int64_t stablehlo_minimum[3];
   int device_count;
+  /* the XLA options strict mode's per-op programs are compiled with, as
+   * name=value[,name=value] ("": none), and whether $TPUC_OP_XLA_OPTIONS set
+   * them (else the plugin kind's default; runtime/op_options.c) */
+  const char *op_xla_options;
+  bool op_xla_options_from_env;
 } tpuc_runtime_info;
 
 /* Strings stay valid for the runtime's lifetime. */

@@ -336,10 +336,12 @@ static tpuc_status *compile_miss(tpuc_runtime *rt, const char *text, size_t len,
   }
   tpuc_disk_unlock(rt, dkey, lock);
   if (s) return s;
-  if (rt->single_device) { /* the options tpuc_compile gives a bound one */
+  if (rt->single_device) { /* the options tpuc_compile gives a bound one (perhaps
+                              * followed by a per-op program's option overrides) */
     proto_buf bound;
     encode_compile_options(&bound, 1, 1, false);
-    x->bound = opts->len == bound.len && !memcmp(opts->bytes, bound.bytes, bound.len);
+    x->bound = opts->len >= bound.len && !memcmp(opts->bytes, bound.bytes, bound.len) &&
+               (opts->len == bound.len || opts->bytes[bound.len] == (7 << 3 | 2));
   }
   *out = x;
   return NULL;
@@ -349,6 +351,30 @@ tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *text, size_t len, tpuc_e
   proto_buf opts;
   encode_compile_options(&opts, 1, 1, !rt->single_device);
   return tpuc_compile_with_options(rt, text, len, opts.bytes, opts.len, out);
+}
+
+tpuc_status *tpuc_compile_op(tpuc_runtime *rt, const char *text, size_t len,
+                             tpuc_executable **out) {
+  const tpuc_op_options *o = &rt->op_options;
+  if (!o->len) return tpuc_compile(rt, text, len, out);
+  proto_buf opts;
+  encode_compile_options(&opts, 1, 1, !rt->single_device);
+  if (opts.len + o->len > sizeof opts.bytes)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "TPUC_OP_XLA_OPTIONS: too long");
+  memcpy(opts.bytes + opts.len, o->bytes, o->len);
+  opts.len += o->len;
+  tpuc_status *s = tpuc_compile_with_options(rt, text, len, opts.bytes, opts.len, out);
+  if (s && tpuc_status_code(s) != TPUC_ERR_OUT_OF_MEMORY) {
+    /* an option the plugin's XLA does not know fails every per-op compile:
+     * say where the options came from */
+    tpuc_status *w = tpuc_status_make(
+        tpuc_status_code(s), "%s (per-op programs are compiled with the XLA options %s%s; "
+        "TPUC_OP_XLA_OPTIONS=none compiles them with XLA's defaults)",
+        tpuc_status_message(s), o->text, o->from_env ? " from TPUC_OP_XLA_OPTIONS" : "");
+    tpuc_status_destroy(s);
+    s = w;
+  }
+  return s;
 }
 
 tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_t len,

@@ -23,6 +23,7 @@
 typedef struct job {
   char *text;
   size_t len;
+  bool per_op; /* a strict-mode per-op program: compiled with its options */
   struct job *next;
 } job;
 
@@ -73,7 +74,8 @@ static void *worker(void *arg) {
     p->running++;
     pthread_mutex_unlock(&p->lock);
     tpuc_executable *x = NULL;
-    tpuc_status *s = tpuc_compile(p->rt, j->text, j->len, &x);
+    tpuc_status *s = j->per_op ? tpuc_compile_op(p->rt, j->text, j->len, &x)
+                               : tpuc_compile(p->rt, j->text, j->len, &x);
     tpuc_status_destroy(s); /* the op's own compile reports it */
     tpuc_executable_release(x);
     free(j->text);
@@ -116,7 +118,7 @@ static struct tpuc_compile_pool *pool_of(tpuc_runtime *rt) {
   return p;
 }
 
-bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len) {
+bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len, bool per_op) {
   struct tpuc_compile_pool *p = pool_of(rt);
   if (!p) return false;
   job *j = malloc(sizeof *j);
@@ -128,6 +130,7 @@ bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len) {
   }
   memcpy(copy, text, len);
   j->text = copy;
+  j->per_op = per_op;
   j->len = len;
   j->next = NULL;
   pthread_mutex_lock(&p->lock);

@@ -17,6 +17,20 @@ typedef enum { TPUC_PLUGIN_CPU, TPUC_PLUGIN_TPU, TPUC_PLUGIN_GPU, TPUC_PLUGIN_OT
 /* The kind of a plugin, from its file name (xla_cpu, libtpu, xla_cuda/rocm). */
 tpuc_plugin_kind tpuc_plugin_kind_of(const char *path);
 
+/* ---- op_options.c ---- */
+/* The XLA options of strict mode's per-op programs: encoded
+ * env_option_overrides entries (xla.CompileOptionsProto field 7) appended to
+ * their compile options, and the same as text ("" when none). */
+typedef struct {
+  unsigned char bytes[1024];
+  size_t len;
+  char text[512];
+  bool from_env; /* TPUC_OP_XLA_OPTIONS set (else the plugin kind's default) */
+} tpuc_op_options;
+/* From `setting` ($TPUC_OP_XLA_OPTIONS; NULL or "" for the kind's default). */
+tpuc_status *tpuc_op_options_decide(tpuc_plugin_kind kind, const char *setting,
+                                    tpuc_op_options *out);
+
 /* The create options for one client. `v` points into the struct itself (the
  * allocator's name): fill it in place, do not copy it. */
 typedef struct {
@@ -61,6 +75,7 @@ struct tpuc_runtime {
    * x @ W^T as (W @ x^T)^T on XLA CPU (TPUC_DOT_REWRITE), in-place slice updates at an opaque
    * start (TPUC_SLICE_INPLACE), scalar argument buffers kept per plan (TPUC_SCALAR_CACHE) */
   bool dot_rewrite, slice_inplace, scalar_cache;
+  tpuc_op_options op_options; /* op_options.c: strict mode's per-op programs */
   /* XLA_FLAGS leaves XLA CPU's XNNPACK dots on: guard dot operands (ir_graph_set_guard_dot_rhs) */
   bool xnn_may_capture;
   int64_t xla_version;
@@ -226,6 +241,8 @@ void tpuc_runtime_note_transient(tpuc_runtime *rt, int device, int64_t transient
 tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_t len,
                                        const unsigned char *opt_bytes, size_t opt_len,
                                        tpuc_executable **out);
+/* tpuc_compile for one of strict mode's per-op programs: with rt->op_options. */
+tpuc_status *tpuc_compile_op(tpuc_runtime *rt, const char *text, size_t len, tpuc_executable **out);
 
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
@@ -233,9 +250,9 @@ void tpuc_cache_clear(tpuc_runtime *rt);
 
 /* ---- compile_pool.c ---- */
 /* Compiles `text` (copied) on a worker thread into the executable caches, so
- * that tpuc_compile of the same text later finds it (or joins the compile in
- * flight). False: not submitted (no worker could be started; out of memory). */
-bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len);
+ * that tpuc_compile (tpuc_compile_op when `per_op`) of the same text later
+ * finds it (or joins the compile in flight). False: not submitted (no worker could be started; out of memory). */
+bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len, bool per_op);
 /* Compiles submitted and not finished. */
 int tpuc_compile_pool_busy(tpuc_runtime *rt);
 /* Drops what has not started, waits for the rest, joins the workers. */

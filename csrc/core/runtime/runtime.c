@@ -253,6 +253,8 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
                             &rt->platform_name);
   if (!s) s = client_string(rt, PJ_SLOT_CLIENT_PLATFORM_VERSION, "PJRT_Client_PlatformVersion",
                             &rt->platform_version);
+  if (!s) s = tpuc_op_options_decide(tpuc_plugin_kind_of(rt->plugin.path),
+                                     getenv("TPUC_OP_XLA_OPTIONS"), &rt->op_options);
   if (!s) s = list_devices(rt);
   if (!s) s = tpuc_checks_init(rt);
   if (!s) tpuc_memory_limit_init(rt);
@@ -327,6 +329,8 @@ void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out) {
   memcpy(out->stablehlo_current, rt->shlo_current, sizeof out->stablehlo_current);
   memcpy(out->stablehlo_minimum, rt->shlo_minimum, sizeof out->stablehlo_minimum);
   out->device_count = rt->device_count;
+  out->op_xla_options = rt->op_options.text;
+  out->op_xla_options_from_env = rt->op_options.from_env;
 }
 
 static tpuc_status *check_device(const tpuc_runtime *rt, int device) {

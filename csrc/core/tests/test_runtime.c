@@ -546,6 +546,44 @@ static void test_client_options(void) {
   unsetenv("TPUC_GPU_ALLOCATOR");
 }
 
+/* The per-op programs' XLA options (op_options.c): the default by plugin
+ * kind, the variable replacing it, the wire bytes, bad input. */
+static void test_op_options(void) {
+  tpuc_op_options o;
+  CHECK_OK(tpuc_op_options_decide(TPUC_PLUGIN_GPU, NULL, &o));
+  CHECK(!strcmp(o.text, "xla_gpu_autotune_level=0") && !o.from_env);
+  /* field 7 entry {1: name, 2: {3: int 0}} */
+  static const char name[] = "xla_gpu_autotune_level";
+  size_t n = sizeof name - 1;
+  CHECK(o.len == 2 + 2 + n + 4);
+  CHECK(o.bytes[0] == (7 << 3 | 2) && o.bytes[1] == 2 + n + 4);
+  CHECK(o.bytes[2] == (1 << 3 | 2) && o.bytes[3] == n && !memcmp(o.bytes + 4, name, n));
+  CHECK(o.bytes[4 + n] == (2 << 3 | 2) && o.bytes[5 + n] == 2);
+  CHECK(o.bytes[6 + n] == (3 << 3 | 0) && o.bytes[7 + n] == 0);
+  CHECK_OK(tpuc_op_options_decide(TPUC_PLUGIN_CPU, NULL, &o));
+  CHECK(o.len == 0 && !strcmp(o.text, ""));
+  CHECK_OK(tpuc_op_options_decide(TPUC_PLUGIN_TPU, "", &o));
+  CHECK(o.len == 0);
+  CHECK_OK(tpuc_op_options_decide(TPUC_PLUGIN_GPU, "none", &o));
+  CHECK(o.len == 0 && o.from_env);
+  /* a bool, a string and a negative int, spaces trimmed */
+  CHECK_OK(tpuc_op_options_decide(TPUC_PLUGIN_CPU, " xla_a=true, xla_b=/tmp/d ,xla_c=-1", &o));
+  CHECK(!strcmp(o.text, "xla_a=true,xla_b=/tmp/d,xla_c=-1") && o.from_env);
+  CHECK(o.bytes[0] == (7 << 3 | 2) && o.bytes[1] == 2 + 5 + 4);
+  CHECK(o.bytes[11] == (2 << 3 | 0) && o.bytes[12] == 1); /* bool_field true */
+  size_t b = 2 + o.bytes[1];
+  CHECK(o.bytes[b + 2 + 2 + 5 + 2] == (1 << 3 | 2)); /* string_field */
+  size_t c = b + 2 + o.bytes[b + 1];
+  CHECK(o.bytes[c + 1] == 2 + 5 + 2 + 11 && o.bytes[c + 2 + 2 + 5 + 2] == (3 << 3 | 0));
+  CHECK(o.len == c + 2 + o.bytes[c + 1]);
+  const char *bad[] = {"xla_gpu_autotune_level", "=1", "Xla=1", "xla_a=", "a b=1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    tpuc_status *s = tpuc_op_options_decide(TPUC_PLUGIN_CPU, bad[i], &o);
+    CHECK(s && strstr(tpuc_status_message(s), "TPUC_OP_XLA_OPTIONS"));
+    tpuc_status_destroy(s);
+  }
+}
+
 int main(void) {
   if (!getenv("TPUC_PJRT_PLUGIN")) {
     printf("TPUC_PJRT_PLUGIN is not set: point it at a PJRT plugin (make test-c does)\n");
@@ -576,6 +614,7 @@ int main(void) {
   RUN(test_bad_plugin_path);
   RUN(test_second_runtime);
   RUN(test_client_options);
+  RUN(test_op_options);
   tpuc_runtime_destroy(rt);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
   return g_h.failed ? 1 : 0;
