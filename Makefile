@@ -37,7 +37,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 .PHONY: gpu-check gpu-check-dry
 .PHONY: torch-setup test-torch test-torch-ci
-.PHONY: ray-setup test-ray
+.PHONY: ray-setup test-ray bench-ray
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -152,6 +152,11 @@ ray-setup: $(VENV)/.deps-ray
 
 test-ray: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-ray
 	$(PY) -m pytest -q --durations=10 tests/raytrain
+
+# Ray Train against torchrun, the same DDP training on "tpu" at 1 and 2 workers
+# (bench/cases/ray_train.py; writes bench/results/ray_train.json, shown in docs/ray.md)
+bench-ray: $(STAMP) $(VENV)/.deps-ray
+	$(PY) -m bench.cases.ray_train
 
 # torch.distributed on "tpu" only (part of test-py); the long variant trains 20 steps
 test-dist: $(STAMP) $(VENV)/.deps-test

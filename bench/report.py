@@ -7,7 +7,7 @@ import os
 
 # Results of cases run by their own make targets in other venvs, reported on their own pages:
 # not performance.md's sections, and never the page's machine (another torch, maybe another CPU).
-OWN_PAGES = {"sglang_serving": "docs/sglang.md"}
+OWN_PAGES = {"sglang_serving": "docs/sglang.md", "ray_train": "docs/ray.md"}
 
 
 def _load(root: str) -> dict[str, dict]:
