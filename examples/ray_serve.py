@@ -13,6 +13,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import sys
 import tempfile
 import urllib.request
@@ -37,12 +38,13 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=16)
     a = ap.parse_args()
-    model = a.model
+    model, tmp = a.model, None
     if model is None:
         sys.path.insert(0, os.path.join(HERE, "..", "tests", "serving"))
         import tiny_models
 
-        model = tiny_models.build("llama", tempfile.mkdtemp(prefix="tpuc-tiny-"), seed=0)
+        tmp = tempfile.mkdtemp(prefix="tpuc-tiny-")
+        model = tiny_models.build("llama", tmp, seed=0)
 
     import ray
     from ray import serve
@@ -65,6 +67,8 @@ def main() -> None:
     finally:
         serve.shutdown()
         ray.shutdown()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ started and stopped here, every wait bounded, and no Ray process left behind (ch
 - greedy completions through the OpenAI route equal one vLLM engine on "tpu" without Ray and a
   float64 greedy decode by transformers on the CPU;
 - concurrent requests are answered by both replicas (the x-tpuc-replica header);
-- one replica's actor killed (ray.kill): every request keeps succeeding under the client retry
-  policy below, and Serve has 2 RUNNING replicas again, one of them new, within REPLACE_TIMEOUT.
+- one replica's actor killed (ray.kill) while 8 requests are in flight: every request keeps
+  succeeding under the client retry policy below, and Serve has 2 RUNNING replicas again, one of them new, within REPLACE_TIMEOUT.
 
 Client retry policy (what a client of a Serve deployment needs when a replica dies): a request
 that fails with a connection error or HTTP 5xx (a request in flight on the killed replica, or
@@ -49,6 +49,7 @@ PROMPTS = [[0, 5, 17, 42, 99, 3], [0, 200, 201, 202], [0, 7] * 9,
 START_TIMEOUT = 300.0    # seconds for serve.run (2 replicas import vLLM and build engines)
 REPLACE_TIMEOUT = 240.0  # seconds for Serve to have 2 RUNNING replicas after one is killed
 RETRIES = 20
+FAILED: list[int] = []  # the HTTP status (0: no answer) of every failed try, for the report
 
 
 def _session_procs(marker: str) -> list[int]:
@@ -190,6 +191,7 @@ def _complete(base: str, prompt: list[int], retries: int = 0) -> tuple[list[int]
             status, out, replica = 0, {"error": repr(e)}, ""
         if status == 200:
             return out["choices"][0]["token_ids"], replica, attempt
+        FAILED.append(status)
         if attempt == retries or 0 < status < 500:
             raise AssertionError(f"completion failed ({status}) after {attempt} retries: {out}")
         time.sleep(0.5)
@@ -286,10 +288,17 @@ def test_killed_replica_is_replaced_and_requests_keep_succeeding(server: str) ->
     # Serve names a replica's actor SERVE_REPLICA::<app>#<deployment>#<replica id> in the
     # namespace "serve" (ray/serve/_private/common.py ReplicaID.to_full_id_str, Ray 2.60.0)
     handle = ray.get_actor(f"SERVE_REPLICA::{APP}#TpuLLMServer#{victim}", namespace="serve")
-    ray.kill(handle, no_restart=True)
-    t0 = time.monotonic()
-    answered: set[str] = set()
-    retried, i = 0, 0
+    # requests in flight while the replica dies (some on it): each must succeed, retried
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        inflight = [ex.submit(_complete, server, PROMPTS[k % len(PROMPTS)], RETRIES)
+                    for k in range(8)]
+        time.sleep(0.05)
+        ray.kill(handle, no_restart=True)
+        t0 = time.monotonic()
+        done = [f.result(timeout=RETRIES * 61) for f in inflight]
+    assert [d[0] for d in done] == [expected[k % len(PROMPTS)] for k in range(8)]
+    answered: set[str] = {d[1] for d in done}
+    retried, i = sum(d[2] for d in done), 0
     while not answered - replicas:
         assert time.monotonic() - t0 < REPLACE_TIMEOUT, (
             f"not replaced within {REPLACE_TIMEOUT:.0f} s: {_serve_status()}, "
@@ -305,7 +314,8 @@ def test_killed_replica_is_replaced_and_requests_keep_succeeding(server: str) ->
                 answered.add(k)
         else:
             time.sleep(0.2)
-    print(f"replaced in {time.monotonic() - t0:.0f} s; {i} requests, {retried} retries")
+    print(f"replaced in {time.monotonic() - t0:.0f} s; {i} + 8 requests, {retried} retries "
+          f"(failed tries' HTTP status, 0 = no answer: {sorted(FAILED)})")
     new = answered - replicas
     assert len(new) == 1, answered
     st = _serve_status()
