@@ -270,19 +270,25 @@ def _spread(base: str, n: int = 16) -> dict[str, int]:
     return counts
 
 
-def test_concurrent_requests_reach_both_replicas(server: str) -> None:
+def _both(base: str) -> dict[str, int]:
+    """Rounds of concurrent requests (at most 3) until both replicas answered; the counts."""
     seen: dict[str, int] = {}
     for _ in range(3):  # Serve routes by power of two choices: both are near certain at once
-        for k, v in _spread(server).items():
+        for k, v in _spread(base).items():
             seen[k] = seen.get(k, 0) + v
         if len(seen) == 2:
             break
+    return seen
+
+
+def test_concurrent_requests_reach_both_replicas(server: str) -> None:
+    seen = _both(server)
     assert len(seen) == 2 and "" not in seen, seen
 
 
 def test_killed_replica_is_replaced_and_requests_keep_succeeding(server: str) -> None:
     expected = [_complete(server, p)[0] for p in PROMPTS]
-    replicas = set(_spread(server))
+    replicas = set(_both(server))
     assert len(replicas) == 2, replicas
     victim = sorted(replicas)[0]
     # Serve names a replica's actor SERVE_REPLICA::<app>#<deployment>#<replica id> in the
