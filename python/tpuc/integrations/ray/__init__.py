@@ -27,6 +27,8 @@ What it adapts (Ray 2.60.0, the version tested; docs/ray.md):
   helper from the worker's Ray accelerator resources, which know cuda/hpu/npu and torch_tpu).
 
 Importing this package does not import Ray; ``TpuTorchConfig`` does (``make ray-setup``).
+Ray Serve (vLLM on "tpu" as a deployment with replicas, in the serving venv) is the module
+``tpuc.integrations.ray.serve`` (``make serve-ray-setup``), which imports Ray.
 """
 from __future__ import annotations
 
