@@ -111,3 +111,48 @@ def test_kjt_lengths_not_matching_values(extra: int) -> None:
     good = _kjt(lengths, len(lengths), "tpu")
     check_kjt(good)
     assert model(dense, good).shape == (SHAPE.batch, 1)
+
+
+def _kjt_from(lengths: list[int], values: list[int]) -> KeyedJaggedTensor:
+    return KeyedJaggedTensor(keys=d.keys(SHAPE), values=torch.tensor(values, device="tpu"),
+                             lengths=torch.tensor(lengths, dtype=torch.int64, device="tpu"))
+
+
+@pytest.mark.parametrize("case", ["negative_length", "lengths_not_a_batch_per_key"])
+def test_malformed_kjt_through_the_model(case: str) -> None:
+    """Malformed lengths whose total still matches the values: a negative length balanced by
+    a longer bag (unchecked, the bags pool silently wrong ids), and a lengths count that is not
+    a whole batch per key (unchecked, a reshape error naming no KJT). Both are refused by the
+    model's own forward with a message naming the KJT's fault; a good batch then runs."""
+    model = d.build(SHAPE, seed=2).to("tpu")
+    dense = torch.zeros(SHAPE.batch, SHAPE.dense_in, device="tpu")
+    n = len(SHAPE.rows) * SHAPE.batch
+    if case == "negative_length":
+        lengths, match = [2, -1] + [1] * (n - 2), r"a negative length \(-1\)"
+    else:
+        lengths, match = [1] * (n - 1), rf"{n - 1} lengths for {len(SHAPE.rows)} keys"
+    with pytest.raises(ValueError, match=match):
+        model(dense, _kjt_from(lengths, [0] * sum(lengths)))
+    assert model(dense, _kjt_from([1] * n, [0] * n)).shape == (SHAPE.batch, 1)
+
+
+def test_kjt_id_outside_its_table_with_bounds_checks() -> None:
+    """An id >= the table's rows: the CPU raises (torch's embedding_bag); on "tpu" the gather does not check by default
+    (docs/torchrec.md "Limits"), and with bounds checks on (TPUC_CHECK_BOUNDS=1 /
+    torch.tpu.set_check_bounds) the step raises PyTorch's IndexError at the next read."""
+    model = d.build(SHAPE, seed=2)
+    n = len(SHAPE.rows) * SHAPE.batch
+    bad = [SHAPE.rows[0]] + [0] * (n - 1)  # the first table's row count: one past its end
+    dense = torch.zeros(SHAPE.batch, SHAPE.dense_in)
+    with pytest.raises(RuntimeError, match="not in the valid range"):
+        model(dense, KeyedJaggedTensor(keys=d.keys(SHAPE), values=torch.tensor(bad),
+                                       lengths=torch.ones(n, dtype=torch.int64)))
+    model = model.to("tpu")
+    prev = torch.tpu.check_bounds()
+    torch.tpu.set_check_bounds(True)
+    try:
+        with pytest.raises(IndexError, match=rf"index {SHAPE.rows[0]}, dimension 0 with size {SHAPE.rows[0]}"):
+            model(dense.to("tpu"), _kjt_from([1] * n, bad)).cpu()
+    finally:
+        torch.tpu.set_check_bounds(prev)
+    assert model(dense.to("tpu"), _kjt_from([1] * n, [0] * n)).cpu().shape == (SHAPE.batch, 1)

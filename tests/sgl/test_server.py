@@ -96,3 +96,24 @@ def test_bad_input_gets_clear_error_and_server_keeps_serving(server, models):
     assert code == 400 and "outside the model's vocabulary" in json.dumps(out), (code, out)
     ids = prompt_ids(models["qwen3"])[:1]
     assert [_gen(server, ids[0])] == hf_greedy(models["qwen3"], ids)
+
+
+def test_bad_request_among_concurrent_good_ones_fails_alone(server, models):
+    # the first id past the vocabulary (the boundary), a negative id and a too-long prompt sent
+    # at the same time as good requests: each bad one gets its own 400, the good ones in the
+    # same scheduler batches get transformers' tokens
+    import json as _json
+    from pathlib import Path
+
+    vocab = _json.loads((Path(models["qwen3"]) / "config.json").read_text())["vocab_size"]
+    ids = prompt_ids(models["qwen3"])[:2]
+    ref = hf_greedy(models["qwen3"], ids)
+    bodies = [ids[0], [3, vocab, 4], ids[1], [3, -1, 4], [5] * (CONTEXT + 1)]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        res = list(pool.map(lambda p: post(server + "/generate",
+                                           {"input_ids": p, "sampling_params": GREEDY}), bodies))
+    assert res[0] == (200, res[0][1]) and res[0][1]["output_ids"] == ref[0], res[0]
+    assert res[2][0] == 200 and res[2][1]["output_ids"] == ref[1], res[2]
+    assert res[1][0] == 400 and f"token id {vocab}, outside" in _json.dumps(res[1][1]), res[1]
+    assert res[3][0] == 400 and "token id -1, outside" in _json.dumps(res[3][1]), res[3]
+    assert res[4][0] == 400 and "context length" in _json.dumps(res[4][1]), res[4]

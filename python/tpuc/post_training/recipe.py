@@ -65,6 +65,8 @@ class GRPOConfig:
     # evaluation
     eval_rounds: int = 4  # sampled evaluation batches (each prompts_per_step x group_size)
     # "vllm": vLLM on the device in its own process (.venv-serve, tpuc.post_training.vllm_engine);
+    # "sglang": SGLang on the device in its own process (.venv-torch-2.14.1,
+    # tpuc.post_training.sglang_engine);
     # "local": generation in-process with a copy of the policy (no vLLM needed).
     engine: str = "vllm"
 
@@ -278,15 +280,15 @@ class _RankZeroEngine:
 
 def make_engine(cfg: GRPOConfig, vocab: int, state: dict[str, torch.Tensor]) -> RolloutEngine:
     """``local``: :class:`LocalEngine`; ``vllm``: vLLM on ``cfg.device`` in its own process
-    (.venv-serve), started from the warm weights written as a Hugging Face directory."""
+    (.venv-serve); ``sglang``: SGLang there (.venv-torch-2.14.1); either started from the warm
+    weights written as a Hugging Face directory."""
     if cfg.engine == "local":
         from .local_engine import LocalEngine
 
         return LocalEngine(build_policy(cfg, vocab, cfg.device, state=state), cfg.device)
-    if cfg.engine == "vllm":
+    if cfg.engine in ("vllm", "sglang"):
         import tempfile
 
-        from .vllm_engine import VLLMEngine
         from .weights import save_hf_dir
 
         rank, world_size = world()
@@ -295,10 +297,19 @@ def make_engine(cfg: GRPOConfig, vocab: int, state: dict[str, torch.Tensor]) -> 
         if rank == 0:  # one engine process for the whole trainer
             hf_dir = save_hf_dir(tempfile.mkdtemp(prefix="tpuc-grpo-policy-"), mcfg, state)
             # the context is the policy's rotary length (vLLM refuses a longer max_model_len)
-            engine = _HFNamedEngine(VLLMEngine(hf_dir, device=cfg.device, seed=cfg.seed,
-                                               max_model_len=POLICY_CONTEXT), mcfg)
+            if cfg.engine == "vllm":
+                from .vllm_engine import VLLMEngine
+
+                inner: Any = VLLMEngine(hf_dir, device=cfg.device, seed=cfg.seed,
+                                        max_model_len=POLICY_CONTEXT)
+            else:
+                from .sglang_engine import SGLangEngine
+
+                inner = SGLangEngine(hf_dir, device=cfg.device, seed=cfg.seed,
+                                     context_length=POLICY_CONTEXT)
+            engine = _HFNamedEngine(inner, mcfg)
         return engine if world_size == 1 else _RankZeroEngine(engine, rank, world_size)
-    raise ValueError(f"GRPO: unknown engine {cfg.engine!r} (local or vllm)")
+    raise ValueError(f"GRPO: unknown engine {cfg.engine!r} (local, vllm or sglang)")
 
 
 def rewards_for(cfg: GRPOConfig, task: SortTask) -> tuple[Weighted, SortReward, ForbiddenOutputRule]:

@@ -102,17 +102,26 @@ class VLLMEngine:
             fd, log_path = tempfile.mkstemp(prefix=f"tpuc-engine-{device}-", suffix=".log")
             os.close(fd)
         self.log_path = log_path
+        argv = ["--model", self.model_dir, "--device", device, "--dtype", dtype,
+                "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
+                "--kv-cache-bytes", str(kv_cache_bytes), "--seed", str(seed)]
+        self._spawn("tpuc.integrations.vllm.sync_server", argv, host=host,
+                    start_timeout=start_timeout, env=env)
+
+    def _spawn(self, module: str, argv: list[str], *, host: str, start_timeout: float,
+               env: dict[str, str] | None) -> None:
+        """Starts ``python -m module --connect ... --listen-host host *argv`` in ``self.python``
+        and waits for its authenticated connect-back and ``ready`` frame (a subclass for another
+        engine, e.g. :class:`~tpuc.post_training.sglang_engine.SGLangEngine`, names its own
+        entry point). On any failure the child is reaped and the error raised."""
         listener = socket.create_server((host, 0))
         # where the child (same machine) reaches this listener: the host itself, or loopback
         # when the listener takes every interface
         reach = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
         try:
             port = listener.getsockname()[1]
-            cmd = [self.python, "-m", "tpuc.integrations.vllm.sync_server",
-                   "--connect", f"{reach}:{port}", "--listen-host", host, "--model", self.model_dir,
-                   "--device", device, "--dtype", dtype, "--max-model-len", str(max_model_len),
-                   "--max-num-seqs", str(max_num_seqs), "--kv-cache-bytes", str(kv_cache_bytes),
-                   "--seed", str(seed)]
+            cmd = [self.python, "-m", module, "--connect", f"{reach}:{port}",
+                   "--listen-host", host, *argv]
             child_env = dict(os.environ)
             for k in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):  # the trainer's venv, not its
                 child_env.pop(k, None)
@@ -189,7 +198,7 @@ class VLLMEngine:
         proc, self._proc = self._proc, None
         if sock is None and proc is not None and proc.poll() is None and self.address:
             try:  # detached: connect once more to ask it to exit
-                sock = _connect(self.address, 10.0)
+                sock = _connect(self.address, self.secret, 10.0)
             except (OSError, wire.ProtocolError):
                 sock = None
         if sock is not None:

@@ -39,12 +39,24 @@ def check_kjt(kjt: Any) -> None:
 
 
 def _check_on_device(kjt: Any) -> None:
-    """The cheap check before an EmbeddingBagCollection runs on "tpu": the
-    per-key lengths it reads from the host anyway (cached on the KJT) against
-    the values' count -- no extra device read."""
+    """The check before an EmbeddingBagCollection runs on "tpu": the number of lengths
+    against the keys (metadata), no negative length (one scalar read: a negative length
+    that another bag's extra value balances passes the count check and, unchecked, pools
+    silently wrong bags), then the per-key lengths torchrec reads from the host anyway (cached
+    on the KJT) against the values' count."""
     values = kjt.values()
     if values.device.type != "tpu":
         return
+    lengths = kjt.lengths_or_none()
+    if lengths is not None and not kjt.variable_stride_per_key():
+        nkeys = len(kjt.keys())
+        if nkeys and lengths.numel() % nkeys:
+            raise ValueError(f"KeyedJaggedTensor: {lengths.numel()} lengths for {nkeys} keys "
+                             f"(not a whole batch per key; keys {list(kjt.keys())})")
+        if lengths.numel():
+            low = int(lengths.min().item())
+            if low < 0:
+                raise ValueError(f"KeyedJaggedTensor: a negative length ({low})")
     per_key = kjt.length_per_key()
     if sum(per_key) != values.numel():
         raise ValueError(f"KeyedJaggedTensor: the lengths add up to {sum(per_key)} but there are "

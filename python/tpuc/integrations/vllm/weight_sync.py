@@ -17,20 +17,20 @@ tpu_dist's collectives run among one process group's ranks, which the trainer an
 are not. :meth:`EngineSession.receive_device` is the seam: a plugin that can (a real TPU's
 ICI/DCN transfer) fills it and the trainer asks for ``path="device"``.
 
-The protocol is :mod:`tpuc.post_training.wire`; the entry point is
+The protocol is :mod:`tpuc.post_training.wire`, answered by
+:func:`tpuc.post_training.engine_server.serve` (shared with SGLang's engine); the entry point is
 :mod:`tpuc.integrations.vllm.sync_server`.
 """
 from __future__ import annotations
 
 import logging
 import os
-import socket
-import time
 from typing import Any, Iterator
 
 import torch
 
-from tpuc.post_training import wire
+from tpuc.post_training import wire  # noqa: F401 (the protocol the session serves)
+from tpuc.post_training.engine_server import serve, tensor_frames as _tensor_frames  # noqa: F401 (shared by every engine)
 
 logger = logging.getLogger(__name__)
 
@@ -99,64 +99,3 @@ class EngineSession:
             s = torch.tpu.stats()
             out.update({k: v for k, v in s.items() if isinstance(v, (int, float))})
         return out
-
-
-def _tensor_frames(sock: socket.socket, counts: dict[str, int]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yields each ``tensor`` frame until ``update_end`` (which it consumes)."""
-    while True:
-        h = wire.recv_msg(sock)
-        op = h.get("op")
-        if op == "update_end":
-            counts["ended"] = 1
-            return
-        if op != "tensor":
-            raise wire.ProtocolError(f"expected a tensor frame or update_end, got {op!r}")
-        t = wire.recv_tensor(sock, h)
-        counts["tensors"] += 1
-        counts["bytes"] += int(h["nbytes"])
-        yield h["name"], t
-
-
-def serve(session: EngineSession, sock: socket.socket) -> str:
-    """Answers requests on ``sock``; returns "shutdown" after ``close``, "detached" after
-    ``detach`` or when the trainer's side of the connection goes away."""
-    while True:
-        try:
-            req = wire.recv_msg(sock)
-        except (wire.ProtocolError, OSError):
-            logger.info("the trainer closed the connection")
-            return "detached"
-        op = req.get("op")
-        try:
-            if op == "generate":
-                wire.send_msg(sock, {"ok": True, "outputs": session.generate(req["prompts"],
-                                                                            req["spec"])})
-            elif op == "update_begin":
-                counts = {"tensors": 0, "bytes": 0, "ended": 0}
-                t0 = time.perf_counter()
-                frames = _tensor_frames(sock, counts)
-                try:
-                    session.update(frames)
-                finally:
-                    if not counts["ended"]:  # the loader stopped early: keep the stream in step
-                        for _ in frames:
-                            pass
-                wire.send_msg(sock, {"ok": True, "tensors": counts["tensors"],
-                                     "bytes": counts["bytes"],
-                                     "load_s": time.perf_counter() - t0})
-            elif op == "stats":
-                wire.send_msg(sock, {"ok": True, "stats": session.stats()})
-            elif op == "close":
-                wire.send_msg(sock, {"ok": True})
-                return "shutdown"
-            elif op == "detach":
-                wire.send_msg(sock, {"ok": True})
-                return "detached"
-            else:
-                wire.send_msg(sock, {"ok": False, "error": f"unknown request {op!r}"})
-        except (wire.ProtocolError, OSError):
-            logger.exception("lost the trainer during %r", op)
-            return "detached"
-        except Exception as e:  # the engine keeps serving; the trainer raises with this text
-            logger.exception("request %r failed", op)
-            wire.send_msg(sock, {"ok": False, "error": f"{type(e).__name__}: {e}"})
