@@ -139,6 +139,18 @@ def test_gradients(dtype):
           lu, b)
 
 
+def test_empty():
+    """Empty batches and 0 x 0 matrices run natively: det 1, slogdet (1, 0), as the CPU."""
+    before = fallback_counts()
+    z = torch.empty(3, 0, 0, device=DEV)
+    assert torch.linalg.det(z).cpu().tolist() == [1.0] * 3
+    assert torch.linalg.slogdet(z)[1].cpu().tolist() == [0.0] * 3
+    assert torch.linalg.inv(z).shape == (3, 0, 0)
+    assert torch.linalg.lu_factor_ex(torch.empty(0, 4, 4, device=DEV))[1].shape == (0, 4)
+    assert torch.linalg.solve(torch.eye(2, device=DEV), torch.empty(2, 0, device=DEV)).shape == (2, 0)
+    assert new_fallbacks(before) == []
+
+
 def test_large_falls_back_by_design():
     """Over 64 columns the unrolled program would be too big: the op falls back (and
     stays correct)."""

@@ -89,6 +89,7 @@ static void lu_factor(ir_graph *g, tv a, lu_parts *o) {
   tv rows = iota32(g, ct, r - 2), rows_mn = iota32(g, t, r - 2), cols_mn = iota32(g, t, r - 1);
   tv perm = rows, info = c32(g, bt, 0.0);
   tv pivs[LU_MAX_STEPS];
+  if (ir_numel(&t) == 0) k = 0; /* nothing to factor: identity perm, info 0 */
   for (int64_t j = 0; j < k; j++) {
     /* the pivot: first row >= j of largest magnitude */
     tv mag = pivot_mag(g, mslice(g, a, 0, m, j, j + 1));
@@ -126,7 +127,7 @@ static void lu_factor(ir_graph *g, tv a, lu_parts *o) {
   int64_t bd[TPUC_MAX_DIMS];
   for (int i = 0; i < nb; i++) bd[i] = t.dims[i];
   o->lu = a;
-  bd[nb] = k;
+  bd[nb] = m < n ? m : n;
   o->piv = k ? ir_reshape(g, ir_concat(g, pivs, (int)k, r - 1), nb + 1, bd)
              : ir_splat(g, ir_make_type(TPUC_S32, nb + 1, bd), 0.0);
   bd[nb] = m;
@@ -239,7 +240,7 @@ static tv mT(ir_graph *g, tv x) {
 static tpuc_status *usable(const tpuc_lower_ctx *cx, tv a) {
   ir_type t = ir_type_of(cx->g, a);
   if (!lu_dtype(t.dtype)) return lx_unimplemented(cx, "LU: f32/f64/complex only");
-  if (t.ndim < 2 || ir_numel(&t) == 0) return lx_unimplemented(cx, "LU: empty matrices");
+  if (t.ndim < 2) return lx_unimplemented(cx, "LU: not a matrix");
   int64_t m = t.dims[t.ndim - 2], n = t.dims[t.ndim - 1];
   if ((m < n ? m : n) > LU_MAX_STEPS) return lx_unimplemented(cx, "LU: over 64 columns (unrolled)");
   return NULL;
@@ -259,6 +260,12 @@ static bool use_a_t(const tpuc_lower_ctx *cx) {
   return contiguous(cx, 0) && !ir_is_complex(lx_tensor_desc(cx, 0)->dtype);
 }
 
+/* Zeros for every empty output (an empty batch, 0 x 0 or N x 0 matrices). */
+static void zero_empty(tpuc_lower_ctx *cx) {
+  for (int i = 0; i < cx->noutputs; i++)
+    if (ir_numel(&cx->out_types[i]) == 0) cx->results[i] = ir_splat(cx->g, cx->out_types[i], 0.0);
+}
+
 /* linalg_lu_factor_ex(A, *, pivot=True, check_errors=False) -> (LU, pivots, info). */
 static tpuc_status *l_lu_factor_ex(tpuc_lower_ctx *cx) {
   if (!lx_bool(cx, 1, true)) return lx_unimplemented(cx, "LU without pivoting");
@@ -268,6 +275,7 @@ static tpuc_status *l_lu_factor_ex(tpuc_lower_ctx *cx) {
   cx->results[0] = f.lu;
   cx->results[1] = lo_out(cx->g, f.piv, lx_out(cx, 1));
   cx->results[2] = lo_out(cx->g, f.info, lx_out(cx, 2));
+  zero_empty(cx);
   return NULL;
 }
 
@@ -301,6 +309,7 @@ static tpuc_status *l_lu(tpuc_lower_ctx *cx) {
   if (st) return st;
   cx->results[0] = perm_matrix(cx->g, f.perm, lx_out(cx, 0));
   unpack_lu(cx->g, f.lu, &cx->results[1], &cx->results[2]);
+  zero_empty(cx);
   return NULL;
 }
 
@@ -348,7 +357,10 @@ static tpuc_status *l_lu_solve(tpuc_lower_ctx *cx) {
   tpuc_status *st = usable(cx, lu);
   if (st) return st;
   ir_type ot = lx_out(cx, 0);
-  if (ir_numel(&ot) == 0) return lx_unimplemented(cx, "LU solve: empty right-hand side");
+  if (ir_numel(&ot) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
   ir_type t = ir_type_of(g, lu);
   tv perm = perm_of_pivots(g, lx_tensor(cx, 1), t.dims[t.ndim - 2]);
   cx->results[0] = solve_batched(g, lu, perm, lx_tensor(cx, 2), ot, lx_bool(cx, 3, true),
@@ -362,7 +374,8 @@ static tpuc_status *solve_with_factors(tpuc_lower_ctx *cx, tv b, ir_type ot, boo
                                        lu_parts *f, tv *x) {
   tpuc_status *st = factor_arg0(cx, false, f);
   if (st) return st;
-  *x = solve_batched(cx->g, f->lu, f->perm, b, ot, left, false);
+  if (ir_numel(&ot) == 0) *x = ir_splat(cx->g, ot, 0.0); /* empty batch, 0 x 0 or no columns */
+  else *x = solve_batched(cx->g, f->lu, f->perm, b, ot, left, false);
   return NULL;
 }
 
@@ -372,7 +385,6 @@ static tpuc_status *solve_with_factors(tpuc_lower_ctx *cx, tv b, ir_type ot, boo
 static tpuc_status *l_solve_ex(tpuc_lower_ctx *cx) {
   ir_graph *g = cx->g;
   ir_type ot = lx_out(cx, 0), at = ir_type_of(g, lx_tensor(cx, 0));
-  if (ir_numel(&ot) == 0) return lx_unimplemented(cx, "solve: empty right-hand side");
   bool left = lx_bool(cx, 2, true), vec = ot.ndim == at.ndim - 1;
   tv b = lx_tensor(cx, 1);
   ir_type mt = ot;
