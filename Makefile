@@ -254,7 +254,9 @@ $(SVENV)/.deps:
 # build already compiled (an incremental `pip wheel` in build/cp311-*: seconds; the extension finds
 # torch through its RUNPATH $ORIGIN/../torch/lib). Otherwise tpuc is built from source in a build
 # folder of its own (CMake's cache names the venv's torch): ~2.5 min of CI saved.
-TORCH_VERSION = $(shell $(1) -c "import torch; print(torch.__version__)")
+# (the installed version from the package metadata: the same string as torch.__version__, without
+# importing torch, seconds on a loaded machine, at every expansion, `make -n` included)
+TORCH_VERSION = $(shell $(1) -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null)
 $(SSTAMP): $(SVENV)/.deps $(STAMP) $(CORE_SRC)
 	@if [ "$(call TORCH_VERSION,$(SPY))" = "$(call TORCH_VERSION,$(PY))" ]; then \
 	  rm -rf build/wheels && $(PIP) wheel -q --no-build-isolation --no-deps -w build/wheels . && \
