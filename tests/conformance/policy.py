@@ -166,3 +166,14 @@ def sample_is_random(key: str, sample: Any) -> bool:
 CPU_ARGS: dict[str, str] = {
     "tensor_split": "tensor_indices_or_sections must be a CPU tensor (PyTorch's API)",
 }
+
+# Entries whose outputs are unique only up to a choice (the signs of eigenvectors and of
+# singular vectors; LAPACK normalises none): their forward and out= results are compared
+# after the sample's output_process_fn_grad (|V|, |U|, U @ Vh, ...), on both sides, as
+# PyTorch's own CPU-vs-device test does (test_ops.py, test_compare_cpu). Gradients already
+# go through it.
+CANONICAL_OUTPUTS: dict[str, str] = {
+    "linalg.eigh": "eigenvectors' signs are arbitrary: compared as |V|",
+    "linalg.svd": "singular vectors' signs are arbitrary: compared as |U|, |Vh| or U @ Vh",
+    "svd": "singular vectors' signs are arbitrary: compared as |U|, |V| or U @ V^H",
+}
