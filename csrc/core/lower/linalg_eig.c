@@ -16,17 +16,24 @@
  * LAPACK's (none is normalised by either: both are valid).
  *
  * The sweep count is fixed, not a convergence test: cyclic Jacobi converges
- * quadratically once the off-diagonal part is small; measured on random,
- * clustered (1e-6 spread), nearly diagonal and graded (1e-8..1e8) symmetric
- * matrices with this ordering, ||off(A)|| / ||A|| fell below n * eps within 9
- * sweeps (f32) and 11 (f64) up to n = 17, the slowest being the graded ones.
- * EIGH_SWEEPS_* add one sweep of margin; n is capped at EIGH_MAX_N (the
- * program grows with sweeps * n rounds); larger matrices fall back to LAPACK.
+ * quadratically once the off-diagonal part is small; measured (a float model of
+ * exactly this ordering and rotation) on random, clustered (1e-6 spread),
+ * nearly diagonal and graded (1e-8..1e8) symmetric matrices, 20 of each kind,
+ * ||off(A)|| / ||A|| fell below n * eps within 5 sweeps (f32) and 7 (f64) at
+ * n = 8, and within 9 / 11 up to n = 17 (the graded ones slowest). The
+ * EIGH_SWEEPS_* counts (10 and 12) are the n = 17 figures plus a margin, so the
+ * cap EIGH_MAX_N = 8 has more than enough; the cap is compile time (rounds =
+ * sweeps * (n - 1), ~35 ops each: n = 8 compiled in 5-10 s on a loaded 2-core
+ * machine). Larger matrices fall back to LAPACK.
  * Every op is elementwise, a reduction, a gather or a sort: the XLA CPU
- * plugin and a TPU compiler both compile them (no LAPACK custom call).
+ * plugin and a TPU compiler both compile them (no LAPACK custom call; only
+ * the CPU plugin was run).
  *
- * Backward: PyTorch's linalg_eigh_backward is products, a diagonal
- * difference matrix and divisions: all lowered. */
+ * The SVD (second half) runs the same rounds one-sided on the columns.
+ *
+ * Backward: PyTorch's linalg_eigh_backward and svd_backward are products,
+ * difference matrices and divisions: all lowered (tests run them with no
+ * fallback). */
 #include "lower_ops.h"
 
 #define EIGH_MAX_N 8

@@ -7,10 +7,11 @@
  * column. The IR has no while loop, so the k = min(M, N) steps are unrolled
  * statically: the program grows linearly with k, and k is capped at
  * QR_MAX_STEPS (larger matrices stay on the CPU fallback, where LAPACK runs
- * its blocked code). Every step is slices, selects, reductions and one
- * dot_general (precision HIGHEST): ops that the XLA CPU plugin and a TPU
+ * its blocked code). Every step is slices, selects, elementwise ops and
+ * reductions (v^T A as a product and a row sum, exact f32 on a TPU too, whose
+ * default f32 dot precision is lower): ops that the XLA CPU plugin and a TPU
  * compiler both compile, and no LAPACK custom call (which exists only on the
- * CPU).
+ * CPU). Only the CPU plugin was run; the TPU claim is from the ops used.
  *
  * Conventions are LAPACK's exactly, because PyTorch's CPU results are LAPACK's
  * and are compared as they are (no sign normalisation): reflector
@@ -23,13 +24,21 @@
  * (the same protection), and dlarfg's rescaling of a beta below the smallest
  * normal number is not done (such a column is then less accurate).
  *
+ * geqrf itself is not registered: PyTorch 2.13 has no Meta kernel for it, so
+ * the engine cannot size its outputs and falls back before any lowering.
+ *
  * Backward: PyTorch's linalg_qr_backward is matmuls, triangular solves and
- * triangle masks (all lowered); geqrf has no derivative;
- * householder_product_backward is products and reflector updates (lowered). */
+ * triangle masks, householder_product_backward products and reflector
+ * updates: all lowered (tests/test_ops_linalg_qr_native.py runs both with no
+ * fallback). */
 #include "lower_ops.h"
 
 /* The most reflector steps unrolled into one program. Each step adds about
- * thirty ops; 64 steps compile in a few seconds on the CPU plugin. */
+ * thirty ops and the XLA CPU compile time grows with them: on a loaded 2-core
+ * machine a 4 x 4 linalg_qr compiled in ~4 s, 16 x 16 in 25-45 s and 64 x 64
+ * in 220 s, so the cap is 16 (OpInfo's samples are 5 x 5 and smaller). A
+ * stablehlo.while over the steps (dynamic slices at the step index) would
+ * make the program size constant; the IR has no while construct yet. */
 #define QR_MAX_STEPS 16
 
 static bool qr_dtype(tpuc_dtype d) { return d == TPUC_F32 || d == TPUC_F64; }
