@@ -281,10 +281,11 @@ static tpuc_status *l_linalg_svd(tpuc_lower_ctx *cx) {
   ir_type in = ir_type_of(g, a);
   if (!(in.dtype == TPUC_F32 || in.dtype == TPUC_F64) || cx->noutputs < 3)
     return lx_unimplemented(cx, "svd: real f32/f64 only");
+  if (in.ndim < 2) return lx_unimplemented(cx, "svd: a matrix or a batch of them");
   int64_t m = in.dims[in.ndim - 2], n = in.dims[in.ndim - 1];
   bool tr = m < n;
   int64_t big = tr ? n : m, k = tr ? m : n;
-  if (in.ndim < 2 || k > EIGH_MAX_N) return lx_unimplemented(cx, "svd: min(M, N) above the unrolled limit");
+  if (k > EIGH_MAX_N) return lx_unimplemented(cx, "svd: min(M, N) above the unrolled limit");
   if (ir_numel(&in) == 0) { /* empty batch: empty outputs; k = 0: U, Vh identities (as the CPU) */
     for (int i = 0; i < 3; i++) {
       ir_type ot = cx->out_types[i];
