@@ -28,11 +28,11 @@ TRANSFORMER_OPS = [
     "contiguous", "cat", "stack", "where", "masked_fill", "nn.functional.dropout",
     "nn.functional.scaled_dot_product_attention", "tril", "triu", "index_select", "gather", "clamp",
 ]
-# The FFT and factorisation families (lower/fft.c, lower/linalg.c, linalg_lu.c; issue 34).
+# The FFT and factorisation families (lower/fft.c, lower/linalg.c, linalg_lu.c, linalg_qr.c; issue 34).
 FFT_LINALG_OPS = [
     "fft.fft", "fft.ifft", "fft.rfft", "fft.irfft", "fft.fft2", "fft.hfft", "fft.rfftn", "stft",
     "linalg.cholesky", "linalg.cholesky_ex", "cholesky", "cholesky_solve", "cholesky_inverse",
-    "linalg.solve_triangular", "triangular_solve", "linalg.lu_factor",
+    "linalg.solve_triangular", "triangular_solve", "linalg.lu_factor", "linalg.qr",
 ]
 # Special functions, 3-D pooling, the tail (lower/special.c, nn_pool_nd.c, vector.c).
 SPECIAL_POOL_OPS = ["i0", "nn.functional.adaptive_avg_pool3d", "linalg.cross"]

@@ -16,10 +16,10 @@
  * blocked HLO loop (a 512x512 factor gains least of bench/cases/fft_linalg.py's
  * cases: 1.5x over the fallback) and solves with its own kernels; a TPU compiler
  * accepts both (f32/complex64). No LAPACK custom call is emitted: those exist
- * only on the CPU and a TPU compiler would refuse the program. LU has no
- * StableHLO op either: linalg_lu.c builds it from elementwise ops. QR, SVD
- * and eigendecompositions stay on the CPU fallback. f32/f64/complex only
- * (the CPU has no f16 LAPACK either). */
+ * only on the CPU and a TPU compiler would refuse the program. LU, QR, SVD
+ * and the symmetric eigendecomposition have no StableHLO op: linalg_lu.c,
+ * linalg_qr.c and linalg_eig.c write them out of elementwise ops (small
+ * sizes). f32/f64/complex only (the CPU has no f16 LAPACK either). */
 #include "lower_ops.h"
 
 typedef enum { P_MM, P_BMM, P_ADDBMM, P_MV, P_DOT, P_VDOT } prod_kind;

@@ -212,4 +212,12 @@ tv lo_elem_coords(ir_graph *g, int dim, tv idx, int r);
 /* torch.gather: out[i...] = x[..., idx[i...], ...] (idx of x's rank). */
 tv lo_take_along(ir_graph *g, tv x, int dim, tv idx);
 
+/* linalg_qr.c: LAPACK's geqrf of a [..., M, N] (f32/f64, min(M, N) <= 64):
+ * the factored matrix (R on and above the diagonal, reflectors below) and
+ * tau [..., min(M, N)]. */
+tv lo_geqrf(ir_graph *g, tv a, tv *tau);
+/* linalg_qr.c: Q = H_0 ... H_{k-1} I[:, :qcols] (dorg2r) from the reflectors
+ * below the diagonal of v [..., M, >= k] and tau [..., >= k]: [..., M, qcols]. */
+tv lo_householder_q(ir_graph *g, tv v, tv tau, int64_t k, int64_t qcols);
+
 #endif /* TPUC_LOWER_OPS_H */

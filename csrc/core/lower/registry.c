@@ -28,6 +28,8 @@ EMPTY_FAMILY(tpuc_lowerings_special);
 EMPTY_FAMILY(tpuc_lowerings_vector);
 EMPTY_FAMILY(tpuc_lowerings_nn_margin);
 EMPTY_FAMILY(tpuc_lowerings_linalg_lu);
+EMPTY_FAMILY(tpuc_lowerings_linalg_qr);
+EMPTY_FAMILY(tpuc_lowerings_linalg_eig);
 
 static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
@@ -37,7 +39,7 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_grouped_mm,
     tpuc_lowerings_count,       tpuc_lowerings_assert, tpuc_lowerings_fft,
     tpuc_lowerings_special,     tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
-    tpuc_lowerings_linalg_lu,
+    tpuc_lowerings_linalg_lu,   tpuc_lowerings_linalg_qr,   tpuc_lowerings_linalg_eig,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 

@@ -1,0 +1,255 @@
+/* linalg_qr.c — lowerings of the Householder QR family: geqrf,
+ * linalg_householder_product (LAPACK's orgqr) and linalg_qr, all batched over
+ * the leading dims, real f32/f64 only.
+ *
+ * StableHLO has no QR op, so the factorisation is written out as LAPACK's
+ * unblocked algorithms (dgeqr2 with dlarfg's reflector, dorg2r), one step per
+ * column. The IR has no while loop, so the k = min(M, N) steps are unrolled
+ * statically: the program grows linearly with k, and k is capped at
+ * QR_MAX_STEPS (larger matrices stay on the CPU fallback, where LAPACK runs
+ * its blocked code). Every step is slices, selects, elementwise ops and
+ * reductions (v^T A as a product and a row sum, exact f32 on a TPU too, whose
+ * default f32 dot precision is lower): ops that the XLA CPU plugin and a TPU
+ * compiler both compile, and no LAPACK custom call (which exists only on the
+ * CPU). Only the CPU plugin was run; the TPU claim is from the ops used.
+ *
+ * Conventions are LAPACK's exactly, because PyTorch's CPU results are LAPACK's
+ * and are compared as they are (no sign normalisation): reflector
+ * H = I - tau v v^T with v[0] = 1, beta = -sign(alpha) * ||(alpha, x)||,
+ * tau = (beta - alpha) / beta, v = x * (1 / (alpha - beta)); tau = 0 (H = I)
+ * when x is zero. geqrf returns R on and above the diagonal and the v's below
+ * it; Q = H_0 H_1 ... H_{k-1} applied to the identity's first columns, built
+ * in reverse order as dorg2r does. Differences from LAPACK: dnrm2/dlapy2 scale
+ * against overflow, here the column is scaled by its largest magnitude first
+ * (the same protection), and dlarfg's rescaling of a beta below the smallest
+ * normal number is not done (such a column is then less accurate).
+ *
+ * geqrf itself is not registered: PyTorch 2.13 has no Meta kernel for it, so
+ * the engine cannot size its outputs and falls back before any lowering.
+ *
+ * Backward: PyTorch's linalg_qr_backward is matmuls, triangular solves and
+ * triangle masks, householder_product_backward products and reflector
+ * updates: all lowered (tests/test_ops_linalg_qr_native.py runs both with no
+ * fallback). */
+#include "lower_ops.h"
+
+/* The most reflector steps unrolled into one program. Each step adds about
+ * thirty ops and the XLA CPU compile time grows with them: on a loaded 2-core
+ * machine a 4 x 4 linalg_qr compiled in ~4 s, 16 x 16 in 25-45 s and 64 x 64
+ * in 220 s, so the cap is 16 (OpInfo's samples are 5 x 5 and smaller). A
+ * stablehlo.while over the steps (dynamic slices at the step index) would
+ * make the program size constant; the IR has no while construct yet. */
+#define QR_MAX_STEPS 16
+
+static bool qr_dtype(tpuc_dtype d) { return d == TPUC_F32 || d == TPUC_F64; }
+
+/* x[..., r0:r1, c0:c1]. */
+static tv sub(ir_graph *g, tv x, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  ir_type t = ir_type_of(g, x);
+  int64_t lo[TPUC_MAX_DIMS], hi[TPUC_MAX_DIMS], st[TPUC_MAX_DIMS];
+  for (int i = 0; i < t.ndim; i++) {
+    lo[i] = 0;
+    hi[i] = t.dims[i];
+    st[i] = 1;
+  }
+  lo[t.ndim - 2] = r0;
+  hi[t.ndim - 2] = r1;
+  lo[t.ndim - 1] = c0;
+  hi[t.ndim - 1] = c1;
+  return ir_slice(g, x, lo, hi, st);
+}
+
+/* The type t with its last two dims set to r x c. */
+static ir_type mat_type(ir_type t, int64_t r, int64_t c) {
+  t.dims[t.ndim - 2] = r;
+  t.dims[t.ndim - 1] = c;
+  return t;
+}
+
+/* s64 row (dim -2) or column (dim -1) index of type t compared with k. */
+static tv index_cmp(ir_graph *g, ir_type t, bool rows, ir_cmp c, int64_t k) {
+  ir_type it = ir_with_dtype(t, TPUC_S64);
+  return ir_compare(g, c, ir_iota(g, it, t.ndim - (rows ? 2 : 1)), ir_splat_i64(g, it, k));
+}
+
+/* x [..., R, C] broadcast to t's shape (R, C each 1 or t's). */
+static tv bcast(ir_graph *g, tv x, ir_type t) { return lx_broadcast_to(g, x, t.ndim, t.dims); }
+
+/* Sum over rows, kept as a size-1 dim: [..., M, C] -> [..., 1, C]. */
+static tv sum_rows(ir_graph *g, tv x) {
+  int64_t d = lo_rank(g, x) - 2;
+  return lo_sum(g, x, &d, 1, true);
+}
+
+/* One dgeqr2 step on a [..., M, N] in LAPACK's layout: the reflector of column
+ * j (rows >= j) applied to the columns right of j, column j replaced by beta
+ * on the diagonal and v below it. Returns the new matrix; *tau_out [..., 1, 1]. */
+static tv geqr2_step(ir_graph *g, tv a, int64_t j, tv *tau_out) {
+  ir_type t = ir_type_of(g, a);
+  int64_t m = t.dims[t.ndim - 2], n = t.dims[t.ndim - 1];
+  ir_type ct = mat_type(t, m, 1), st = mat_type(t, 1, 1);
+  tv zero_c = ir_splat(g, ct, 0.0), zero_s = ir_splat(g, st, 0.0), one_s = ir_splat(g, st, 1.0);
+  tv c = sub(g, a, 0, m, j, j + 1);
+  tv below = index_cmp(g, ct, true, IR_GT, j), at = index_cmp(g, ct, true, IR_EQ, j);
+  tv alpha = sub(g, a, j, j + 1, j, j + 1);
+  tv x = ir_select(g, below, c, zero_c);
+  /* ||(alpha, x)|| and ||x|| scaled by the largest magnitude (no overflow) */
+  int64_t rd = t.ndim - 2;
+  tv xmax = lo_reduce(g, ir_unary(g, IR_ABS, x), IR_RED_MAX, &rd, 1, true);
+  tv scale = ir_binary(g, IR_MAX, xmax, ir_unary(g, IR_ABS, alpha));
+  tv safe = ir_select(g, ir_compare(g, IR_EQ, scale, zero_s), one_s, scale);
+  tv xs = ir_binary(g, IR_DIV, x, bcast(g, safe, ct));
+  tv xn2 = sum_rows(g, ir_binary(g, IR_MUL, xs, xs));
+  tv as = ir_binary(g, IR_DIV, alpha, safe);
+  tv h = ir_binary(g, IR_MUL, safe, ir_unary(g, IR_SQRT, ir_binary(g, IR_ADD, xn2, ir_binary(g, IR_MUL, as, as))));
+  tv beta = ir_select(g, ir_compare(g, IR_GE, alpha, zero_s), ir_unary(g, IR_NEG, h), h);
+  tv trivial = ir_compare(g, IR_EQ, xmax, zero_s); /* x == 0: H = I */
+  beta = ir_select(g, trivial, alpha, beta);
+  tv sbeta = ir_select(g, trivial, one_s, beta);
+  tv tau = ir_select(g, trivial, zero_s, ir_binary(g, IR_DIV, ir_binary(g, IR_SUB, beta, alpha), sbeta));
+  tv diff = ir_select(g, trivial, one_s, ir_binary(g, IR_SUB, alpha, beta));
+  tv rcp = ir_binary(g, IR_DIV, one_s, diff);
+  tv vx = ir_binary(g, IR_MUL, x, bcast(g, rcp, ct));
+  tv v = ir_select(g, at, ir_splat(g, ct, 1.0), vx);
+  /* columns right of j: A - tau v (v^T A) */
+  ir_type rt = mat_type(t, 1, n);
+  tv w = sum_rows(g, ir_binary(g, IR_MUL, bcast(g, v, t), a)); /* v^T A: [..., 1, N] */
+  tv upd = ir_binary(g, IR_MUL, bcast(g, v, t), bcast(g, ir_binary(g, IR_MUL, bcast(g, tau, rt), w), t));
+  tv right = index_cmp(g, t, false, IR_GT, j);
+  a = ir_select(g, right, ir_binary(g, IR_SUB, a, upd), a);
+  /* column j: rows above unchanged, beta on the diagonal, v below */
+  tv col = ir_select(g, below, vx, ir_select(g, at, bcast(g, beta, ct), c));
+  a = ir_select(g, index_cmp(g, t, false, IR_EQ, j), bcast(g, col, t), a);
+  *tau_out = tau;
+  return a;
+}
+
+/* Declared in lower_ops.h. */
+tv lo_geqrf(ir_graph *g, tv a, tv *tau) {
+  ir_type t = ir_type_of(g, a);
+  int64_t m = t.dims[t.ndim - 2], n = t.dims[t.ndim - 1], k = m < n ? m : n;
+  tv taus[QR_MAX_STEPS];
+  for (int64_t j = 0; j < k; j++) a = geqr2_step(g, a, j, &taus[j]);
+  ir_type tt = t;
+  tt.ndim = t.ndim - 1;
+  tt.dims[tt.ndim - 1] = k;
+  if (k == 0) {
+    *tau = ir_splat(g, tt, 0.0);
+    return a;
+  }
+  for (int64_t j = 0; j < k; j++) {
+    ir_type one = tt;
+    one.dims[one.ndim - 1] = 1;
+    taus[j] = ir_reshape(g, taus[j], one.ndim, one.dims);
+  }
+  *tau = ir_concat(g, taus, (int)k, tt.ndim - 1);
+  return a;
+}
+
+/* Declared in lower_ops.h. */
+tv lo_householder_q(ir_graph *g, tv v, tv tau, int64_t k, int64_t qcols) {
+  ir_type vt = ir_type_of(g, v);
+  int64_t m = vt.dims[vt.ndim - 2];
+  ir_type qt = mat_type(vt, m, qcols), ct = mat_type(vt, m, 1), st = mat_type(vt, 1, 1);
+  tv q = ir_convert(g, ir_compare(g, IR_EQ, ir_iota(g, ir_with_dtype(qt, TPUC_S64), qt.ndim - 2),
+                                  ir_iota(g, ir_with_dtype(qt, TPUC_S64), qt.ndim - 1)),
+                    vt.dtype);
+  ir_type taut = ir_type_of(g, tau);
+  for (int64_t i = k - 1; i >= 0; i--) {
+    int64_t lo[TPUC_MAX_DIMS], hi[TPUC_MAX_DIMS], s[TPUC_MAX_DIMS];
+    for (int d = 0; d < taut.ndim; d++) {
+      lo[d] = 0;
+      hi[d] = taut.dims[d];
+      s[d] = 1;
+    }
+    lo[taut.ndim - 1] = i;
+    hi[taut.ndim - 1] = i + 1;
+    tv ti = ir_reshape(g, ir_slice(g, tau, lo, hi, s), st.ndim, st.dims);
+    tv c = sub(g, v, 0, m, i, i + 1);
+    tv vi = ir_select(g, index_cmp(g, ct, true, IR_GT, i), c,
+                      ir_convert(g, index_cmp(g, ct, true, IR_EQ, i), vt.dtype));
+    tv w = sum_rows(g, ir_binary(g, IR_MUL, bcast(g, vi, qt), q)); /* v^T Q: [..., 1, qcols] */
+    tv tw = ir_binary(g, IR_MUL, bcast(g, ti, ir_type_of(g, w)), w);
+    tv upd = ir_binary(g, IR_MUL, bcast(g, vi, qt), bcast(g, tw, qt));
+    /* columns left of i are identity columns H_i leaves alone */
+    q = ir_select(g, index_cmp(g, qt, false, IR_GE, i), ir_binary(g, IR_SUB, q, upd), q);
+  }
+  return q;
+}
+
+/* Zeros for every output when the batch is empty; true when done. */
+static bool empty_batch(tpuc_lower_ctx *cx, ir_type in) {
+  int64_t b = 1;
+  for (int i = 0; i < in.ndim - 2; i++) b *= in.dims[i];
+  if (b != 0) return false;
+  for (int i = 0; i < cx->noutputs; i++) cx->results[i] = ir_splat(cx->g, cx->out_types[i], 0.0);
+  return true;
+}
+
+/* The checks every lowering here makes on input a [..., M, N]. */
+static tpuc_status *check_input(tpuc_lower_ctx *cx, ir_type in) {
+  if (!qr_dtype(in.dtype)) return lx_unimplemented(cx, "QR: real f32/f64 only");
+  if (in.ndim < 2) return lx_unimplemented(cx, "QR: a matrix or a batch of them");
+  int64_t m = in.dims[in.ndim - 2], n = in.dims[in.ndim - 1];
+  if ((m < n ? m : n) > QR_MAX_STEPS)
+    return lx_unimplemented(cx, "QR: min(M, N) above the unrolled limit (QR_MAX_STEPS)");
+  return NULL;
+}
+
+/* linalg_householder_product(input [..., M, N], tau [..., K]) -> [..., M, N]. */
+static tpuc_status *l_householder_product(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv v = lx_tensor(cx, 0), tau = lx_tensor(cx, 1);
+  ir_type vt = ir_type_of(g, v), tt = ir_type_of(g, tau);
+  if (!qr_dtype(ot.dtype)) return lx_unimplemented(cx, "householder_product: real f32/f64 only");
+  int64_t k = tt.dims[tt.ndim - 1];
+  if (vt.ndim < 2 || k > QR_MAX_STEPS)
+    return lx_unimplemented(cx, "householder_product: more reflectors than the unrolled limit");
+  if (ir_numel(&ot) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
+  v = lx_coerce(g, v, ot);
+  tau = ir_convert(g, tau, ot.dtype);
+  cx->results[0] = lo_householder_q(g, v, tau, k, vt.dims[vt.ndim - 1]);
+  return NULL;
+}
+
+/* linalg_qr(A, mode) -> (Q, R); the mode is read off the output shapes:
+ * Q [..., M, M] (complete), [..., M, k] (reduced) or empty ("r"). */
+static tpuc_status *l_linalg_qr(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  tv a = lx_tensor(cx, 0);
+  ir_type in = ir_type_of(g, a);
+  tpuc_status *st = check_input(cx, in);
+  if (st) return st;
+  if (cx->noutputs < 2) return lx_unimplemented(cx, "linalg_qr: two outputs expected");
+  if (empty_batch(cx, in)) return NULL;
+  int64_t m = in.dims[in.ndim - 2], n = in.dims[in.ndim - 1], k = m < n ? m : n;
+  ir_type qt = lx_out(cx, 0), rt = lx_out(cx, 1);
+  tv tau;
+  tv f = lo_geqrf(g, a, &tau);
+  int64_t rrows = rt.dims[rt.ndim - 2];
+  tv r = sub(g, f, 0, rrows, 0, n);
+  ir_type rft = ir_type_of(g, r);
+  r = ir_select(g, ir_compare(g, IR_LE, ir_iota(g, ir_with_dtype(rft, TPUC_S64), rft.ndim - 2),
+                              ir_iota(g, ir_with_dtype(rft, TPUC_S64), rft.ndim - 1)),
+                r, ir_splat(g, rft, 0.0));
+  cx->results[1] = lo_out(g, r, rt);
+  if (ir_numel(&qt) == 0 || qt.ndim != in.ndim) {
+    cx->results[0] = ir_splat(g, qt, 0.0); /* mode "r": Q is empty */
+    return NULL;
+  }
+  cx->results[0] = lo_out(g, lo_householder_q(g, f, tau, k, qt.dims[qt.ndim - 1]), qt);
+  return NULL;
+}
+
+extern const tpuc_lowering tpuc_lowerings_linalg_qr[];
+const tpuc_lowering tpuc_lowerings_linalg_qr[] = {
+    {"aten::linalg_householder_product", l_householder_product},
+    {"aten::linalg_householder_product.out", l_householder_product},
+    {"aten::linalg_qr", l_linalg_qr},
+    {"aten::linalg_qr.out", l_linalg_qr},
+    {NULL, NULL},
+};
