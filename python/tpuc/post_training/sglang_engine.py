@@ -24,13 +24,8 @@ while it loads).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import tempfile
 from pathlib import Path
 
-from . import wire
-from .engine import SyncStats
 from .vllm_engine import _REPO, VLLMEngine
 
 SGLANG_VENV = ".venv-torch-2.14.1"
@@ -63,27 +58,11 @@ class SGLangEngine(VLLMEngine):
             # SGLang 0.5.23's own CPU engine imports sgl_kernel's CPU build, which PyPI does not
             # have (docs/sglang.md "Benchmark"): "tpu" is the only device it starts on here
             raise ValueError(f'SGLangEngine runs on device "tpu" only, not {device!r}')
-        self.device = device
-        self.model_dir = str(model_dir)
-        self.python = python or default_sglang_python()
-        self.request_timeout = request_timeout
-        self.syncs: list[SyncStats] = []
-        self._sock: socket.socket | None = None
-        self._proc: subprocess.Popen | None = None
-        self._owner = True
-        self.address: str | None = None
-        self.secret = secret or wire.new_secret()  # never logged, never on a command line
-        if not Path(self.python).exists():
-            raise FileNotFoundError(
-                f"SGLang's venv Python {self.python} does not exist: run `make sglang-setup` "
-                f"(SGLang lives in {SGLANG_VENV}) or pass python= / set TPUC_SGLANG_PYTHON")
-        if not (Path(self.model_dir) / "config.json").exists():
-            raise FileNotFoundError(f"{self.model_dir} is not a Hugging Face model directory "
-                                    "(no config.json)")
-        if log_path is None:
-            fd, log_path = tempfile.mkstemp(prefix=f"tpuc-sglang-{device}-", suffix=".log")
-            os.close(fd)
-        self.log_path = log_path
+        self._prepare(device, model_dir, python or default_sglang_python(), request_timeout,
+                      secret, log_path, log_prefix="tpuc-sglang",
+                      missing_python=("SGLang's venv Python {python} does not exist: run "
+                                      f"`make sglang-setup` (SGLang lives in {SGLANG_VENV}) or "
+                                      "pass python= / set TPUC_SGLANG_PYTHON"))
         argv = ["--model", self.model_dir, "--device", device, "--dtype", dtype,
                 "--context-length", str(context_length),
                 "--max-running-requests", str(max_running_requests),

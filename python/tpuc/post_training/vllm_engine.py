@@ -80,9 +80,25 @@ class VLLMEngine:
                  host: str = "127.0.0.1", secret: str | None = None) -> None:
         if device not in ("tpu", "cpu"):
             raise ValueError(f'device must be "tpu" or "cpu", not {device!r}')
+        self._prepare(device, model_dir, python or default_serve_python(), request_timeout,
+                      secret, log_path, log_prefix="tpuc-engine",
+                      missing_python=("the serving venv's Python {python} does not exist: run "
+                                      "`make serve-setup` (vLLM lives in .venv-serve) or pass "
+                                      "python= / set TPUC_SERVE_PYTHON"))
+        argv = ["--model", self.model_dir, "--device", device, "--dtype", dtype,
+                "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
+                "--kv-cache-bytes", str(kv_cache_bytes), "--seed", str(seed)]
+        self._spawn("tpuc.integrations.vllm.sync_server", argv, host=host,
+                    start_timeout=start_timeout, env=env)
+
+    def _prepare(self, device: str, model_dir: str | os.PathLike, python: str,
+                 request_timeout: float, secret: str | None, log_path: str | None, *,
+                 log_prefix: str, missing_python: str) -> None:
+        """The state every engine process's client starts with (this class's and
+        SGLangEngine's), after checking the venv's Python and the model directory."""
         self.device = device
         self.model_dir = str(model_dir)
-        self.python = python or default_serve_python()
+        self.python = python
         self.request_timeout = request_timeout
         self.syncs: list[SyncStats] = []
         self._sock: socket.socket | None = None
@@ -91,22 +107,15 @@ class VLLMEngine:
         self.address: str | None = None
         self.secret = secret or wire.new_secret()  # never logged, never on a command line
         if not Path(self.python).exists():
-            raise FileNotFoundError(
-                f"the serving venv's Python {self.python} does not exist: run `make serve-setup` "
-                "(vLLM lives in .venv-serve) or pass python= / set TPUC_SERVE_PYTHON")
+            raise FileNotFoundError(missing_python.format(python=self.python))
         if not (Path(self.model_dir) / "config.json").exists():
             raise FileNotFoundError(f"{self.model_dir} is not a Hugging Face model directory "
                                     "(no config.json); tpuc.post_training.weights.save_hf_dir "
                                     "writes one")
         if log_path is None:
-            fd, log_path = tempfile.mkstemp(prefix=f"tpuc-engine-{device}-", suffix=".log")
+            fd, log_path = tempfile.mkstemp(prefix=f"{log_prefix}-{device}-", suffix=".log")
             os.close(fd)
         self.log_path = log_path
-        argv = ["--model", self.model_dir, "--device", device, "--dtype", dtype,
-                "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-                "--kv-cache-bytes", str(kv_cache_bytes), "--seed", str(seed)]
-        self._spawn("tpuc.integrations.vllm.sync_server", argv, host=host,
-                    start_timeout=start_timeout, env=env)
 
     def _spawn(self, module: str, argv: list[str], *, host: str, start_timeout: float,
                env: dict[str, str] | None) -> None:

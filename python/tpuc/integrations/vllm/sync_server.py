@@ -21,16 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import sys
-
-
-def _next_connection(listener: socket.socket, parent: int, secret: str) -> socket.socket | None:
-    """The next authenticated trainer connection (others are refused and logged), or None once
-    the parent process has gone."""
-    from tpuc.post_training import wire
-
-    return wire.accept_authenticated(listener, secret, keep_waiting=lambda: os.getppid() == parent)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,48 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[engine %(process)d] %(message)s")
 
-    from tpuc.post_training import wire
+    from tpuc.post_training.engine_server import run_child
 
-    secret = wire.secret_from_env()
-    os.environ.pop(wire.SECRET_ENV, None)  # vLLM's own child processes need not inherit it
-    host, _, port = a.connect.rpartition(":")
-    sock = wire.connect_authenticated(host, int(port), secret, timeout=60)
-    sock.settimeout(None)  # requests may come minutes apart (a long training step)
+    def make():  # type: ignore[no-untyped-def]
+        from .weight_sync import EngineSession
 
-    try:
-        from .weight_sync import EngineSession, serve
+        return EngineSession(a.model, device=a.device, dtype=a.dtype,
+                             max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
+                             kv_cache_bytes=a.kv_cache_bytes, seed=a.seed)
 
-        session = EngineSession(a.model, device=a.device, dtype=a.dtype,
-                                max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
-                                kv_cache_bytes=a.kv_cache_bytes, seed=a.seed)
-    except Exception as e:
-        logging.exception("engine start failed")
-        try:
-            wire.send_msg(sock, {"op": "ready", "ok": False, "error": f"{type(e).__name__}: {e}"})
-        finally:
-            sock.close()
-        return 1
-    listener = socket.create_server((a.listen_host, 0))
-    listener.settimeout(1.0)
-    ready = {"op": "ready", "ok": True, "pid": os.getpid(), "device": a.device,
-             "port": listener.getsockname()[1]}
-    parent = os.getppid()
-    while True:
-        wire.send_msg(sock, ready)
-        try:
-            reason = serve(session, sock)
-        finally:
-            sock.close()
-        if reason == "shutdown":
-            break
-        sock = _next_connection(listener, parent, secret)
-        if sock is None:
-            logging.info("the parent process is gone; exiting")
-            break
-    listener.close()
+    rc = run_child(a.connect, a.listen_host, a.device, make)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # skip vLLM's interpreter-exit teardown (nothing left to flush)
+    os._exit(rc)  # skip vLLM's interpreter-exit teardown (nothing left to flush)
 
 
 if __name__ == "__main__":
