@@ -1,5 +1,5 @@
-"""The FFT and factorisation lowerings (lower/fft.c, lower/linalg.c) against the CPU
-fallback they replaced.
+"""The FFT and factorisation lowerings (lower/fft.c, lower/linalg.c, linalg_lu.c, linalg_qr.c,
+linalg_eig.c) against the CPU fallback they replaced.
 
 Side by side in one process, interleaved: each op with the op engine on (its lowering
 runs on the device) and with every op forced through the CPU fallback
@@ -7,7 +7,9 @@ runs on the device) and with every op forced through the CPU fallback
 before they had a lowering: the inputs copied to the host, PyTorch's CPU kernel (pocketfft,
 LAPACK), the result copied back. Cases: a batch of 4096-point FFTs (rfft and complex
 fft), a 512x512 Cholesky factorisation and a 512x512 triangular solve with 512 right-hand
-sides. Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
+sides; and the decompositions written out of elementwise ops (unrolled, so capped in size:
+docs/op_coverage.md), each at its cap in a batch of 64: a 32 x 32 solve (LU), a 16 x 16 QR,
+an 8 x 8 eigh and SVD (quick: 16 x 16 solve, 8 x 8 QR, batch 16). Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
 On the XLA CPU plugin both paths run on the same cores, so the ratio measures the round
 trip and the two libraries, not what a TPU gains (there the fallback also crosses PCIe)."""
 from __future__ import annotations
@@ -30,12 +32,23 @@ def _cases(quick: bool):
     spd = (m @ m.T / n + torch.eye(n)).to("tpu")
     tri = (torch.randn(n, n, generator=g) / n).tril() + 2 * torch.eye(n)
     tri, rhs = tri.to("tpu"), torch.randn(n, n, generator=g).to("tpu")
+    nb, lu_n, qr_n, eig_n = (16, 16, 8, 8) if quick else (64, 32, 16, 8)
+    a_lu = (torch.randn(nb, lu_n, lu_n, generator=g) + lu_n * torch.eye(lu_n)).to("tpu")
+    b_lu = torch.randn(nb, lu_n, lu_n, generator=g).to("tpu")
+    a_qr = torch.randn(nb, qr_n, qr_n, generator=g).to("tpu")
+    s_eig = torch.randn(nb, eig_n, eig_n, generator=g)
+    s_eig = (s_eig + s_eig.mT).to("tpu")
+    a_svd = torch.randn(nb, eig_n, eig_n, generator=g).to("tpu")
     return [
         (f"rfft, {batch} x 4096 f32", lambda: torch.fft.rfft(x)),
         (f"fft, {batch} x 4096 complex64", lambda: torch.fft.fft(z)),
         ("cholesky, 512 x 512 f32", lambda: torch.linalg.cholesky_ex(spd)[0]),
         ("solve_triangular, 512 x 512, 512 rhs f32",
          lambda: torch.linalg.solve_triangular(tri, rhs, upper=False)),
+        (f"solve (LU), {nb} x {lu_n} x {lu_n}, {lu_n} rhs f32", lambda: torch.linalg.solve(a_lu, b_lu)),
+        (f"qr, {nb} x {qr_n} x {qr_n} f32", lambda: torch.linalg.qr(a_qr)[1]),
+        (f"eigh, {nb} x {eig_n} x {eig_n} f32", lambda: torch.linalg.eigh(s_eig)[0]),
+        (f"svd, {nb} x {eig_n} x {eig_n} f32", lambda: torch.linalg.svd(a_svd)[1]),
     ]
 
 
