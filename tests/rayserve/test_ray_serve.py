@@ -19,7 +19,6 @@ import concurrent.futures
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,8 @@ pytest.importorskip("ray.serve", reason="Ray Serve is not installed: make serve-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "serving"))
+sys.path.insert(0, str(ROOT / "tests"))
+import ray_cluster  # noqa: E402
 from http_json import free_port  # noqa: E402
 
 APP = "tpuc-llm"
@@ -50,24 +51,6 @@ START_TIMEOUT = 300.0    # seconds for serve.run (2 replicas import vLLM and bui
 REPLACE_TIMEOUT = 240.0  # seconds for Serve to have 2 RUNNING replicas after one is killed
 RETRIES = 20
 FAILED: list[int] = []  # the HTTP status (0: no answer) of every failed try, for the report
-
-
-def _session_procs(marker: str) -> list[int]:
-    """Processes whose command line or environment names this cluster's temp directory."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        text = b""
-        for part in ("cmdline", "environ"):
-            try:
-                with open(f"/proc/{d}/{part}", "rb") as f:
-                    text += f.read()
-            except OSError:
-                pass
-        if marker.encode() in text:
-            pids.append(int(d))
-    return pids
 
 
 @pytest.fixture(scope="module")
@@ -136,17 +119,7 @@ def server(model_dir: str, single_engine: subprocess.Popen) -> Iterator[str]:
             finally:
                 ray.shutdown()
         finally:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                left = _session_procs(tmp)
-                if not left:
-                    break
-                time.sleep(0.5)
-            for pid in left:  # only this cluster's processes: they name its temp directory
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            left = ray_cluster.reap(tmp)  # only this cluster's processes: they name its temp dir
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)

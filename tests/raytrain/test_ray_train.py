@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,31 +27,12 @@ ray = pytest.importorskip("ray", reason="Ray is not installed in this venv: make
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "distributed")]
+sys.path.insert(0, str(ROOT / "tests"))
+import ray_cluster  # noqa: E402
 import train_common as tc  # noqa: E402
 
 STEPS = 5
 FIT_TIMEOUT = 420.0  # seconds for one TorchTrainer.fit (a fresh worker group compiles its steps)
-
-
-def _session_procs(marker: str) -> list[int]:
-    """Processes whose command line or environment names this cluster's temp directory."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                text = f.read()
-            try:
-                with open(f"/proc/{d}/environ", "rb") as f:
-                    text += f.read()
-            except OSError:
-                pass
-        except OSError:
-            continue
-        if marker.encode() in text:
-            pids.append(int(d))
-    return pids
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +56,7 @@ def cluster() -> Iterator[str]:
         try:
             ray.shutdown()
         finally:
-            left = []
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                left = _session_procs(tmp)
-                if not left:
-                    break
-                time.sleep(0.5)
-            for pid in left:  # only this cluster's processes: they name its temp directory
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            left = ray_cluster.reap(tmp)  # only this cluster's processes: they name its temp dir
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
