@@ -137,6 +137,7 @@ def run(quick: bool) -> dict:
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, EXAMPLES, os.environ.get("PYTHONPATH", "")])
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["TPUC_RAY_BENCH_SESSION"] = tmp  # every process of the cluster inherits it
     env = dict(os.environ)
     ray.init(address="local", num_cpus=4, include_dashboard=False,
              _node_ip_address="127.0.0.1", _temp_dir=os.path.join(tmp, "ray"),
@@ -165,6 +166,15 @@ def run(quick: bool) -> dict:
             })
     finally:
         ray.shutdown()
+        # Ray Train's controller actor has been seen to outlive ray.shutdown(): the cluster's
+        # processes (they name its temp directory) are reaped here, and only those
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import ray_cluster
+
+        left = ray_cluster.reap(tmp)
+        if left:
+            print(f"bench ray_train: killed {len(left)} Ray process(es) left after shutdown",
+                  file=sys.stderr)
     return {
         "title": "Ray Train against torchrun: the same DDP training on \"tpu\"",
         "command": COMMAND,
