@@ -43,3 +43,12 @@ def reap(marker: str, wait_s: float = 30.0) -> list[int]:
         except ProcessLookupError:
             pass
     return left
+
+
+def restore_env(saved: dict[str, str | None]) -> None:
+    """Puts back the environment variables a fixture changed (None: it was unset)."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -120,11 +120,7 @@ def server(model_dir: str, single_engine: subprocess.Popen) -> Iterator[str]:
                 ray.shutdown()
         finally:
             left = ray_cluster.reap(tmp)  # only this cluster's processes: they name its temp dir
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            ray_cluster.restore_env(saved)
             shutil.rmtree(tmp, ignore_errors=True)
     assert not left, f"Ray processes left after shutdown (killed now): {left}"
 
