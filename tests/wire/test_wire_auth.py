@@ -4,7 +4,7 @@ connection with the job's secret (tpuc.post_training.wire, "Authentication").
 - a listener refuses a connection that sends no hello, one that stays silent and one with a
   wrong secret -- each answered ``ok: false``, closed and logged without the secret -- and the
   real one, coming after them, is accepted and served;
-- the engine's side (sync_server's attach listener) does the same for ``VLLMEngine.attach``;
+- the engine's side (engine_server.next_connection, the attach listener) does the same for VLLMEngine.attach;
 - ``VLLMEngine`` hands its child the secret in the environment, never on the command line, and
   waits past two intruders for the real child (a fake engine process: no vLLM needed).
 
@@ -121,9 +121,9 @@ def test_hello_is_not_replayable() -> None:
 
 
 def test_engine_attach_listener() -> None:
-    """sync_server's attach listener (the engine's side) and VLLMEngine's _connect."""
-    from tpuc.integrations.vllm import sync_server
-    from tpuc.post_training import vllm_engine
+    """The engine process's attach listener (engine_server.next_connection, shared by the vLLM
+    and SGLang engine processes) and VLLMEngine's _connect."""
+    from tpuc.post_training import engine_server, vllm_engine
 
     secret = wire.new_secret()
     listener = socket.create_server(("127.0.0.1", 0))
@@ -131,7 +131,7 @@ def test_engine_attach_listener() -> None:
     got: dict[str, Any] = {}
 
     def engine_side() -> None:
-        conn = sync_server._next_connection(listener, os.getppid(), secret)
+        conn = engine_server.next_connection(listener, os.getppid(), secret)
         got["conn"] = conn is not None
         if conn is not None:
             with conn:

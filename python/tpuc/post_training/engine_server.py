@@ -85,6 +85,13 @@ def serve(session: Any, sock: socket.socket) -> str:
             wire.send_msg(sock, {"ok": False, "error": f"{type(e).__name__}: {e}"})
 
 
+def next_connection(listener: socket.socket, parent: int, secret: str) -> socket.socket | None:
+    """The next trainer that attaches to a detached engine (authenticated; intruders refused and
+    logged), or None once the process ``parent`` is gone (this engine then exits)."""
+    return wire.accept_authenticated(listener, secret,
+                                     keep_waiting=lambda: os.getppid() == parent)
+
+
 def run_child(connect: str, listen_host: str, device: str, make_session: Callable[[], Any],
               shutdown: Callable[[Any], None] | None = None) -> int:
     """The engine process's main loop (see the module docstring). ``connect``: the trainer's
@@ -119,8 +126,7 @@ def run_child(connect: str, listen_host: str, device: str, make_session: Callabl
                 sock.close()
             if reason == "shutdown":
                 break
-            nxt = wire.accept_authenticated(listener, secret,
-                                            keep_waiting=lambda: os.getppid() == parent)
+            nxt = next_connection(listener, parent, secret)
             if nxt is None:
                 logger.info("the parent process is gone; exiting")
                 break
