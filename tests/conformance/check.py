@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import catalog, policy
+from . import catalog, distribution, policy
 from .tree import clone, describe, tensors, to_cpu, to_device, tree_map
 
 CLASSES = ("native_pass", "fallback_pass", "mismatch", "error", "skipped")
@@ -107,6 +107,7 @@ class _Checker:
         self.cpu_raised = 0
         self.first_cpu_error = ""
         self.nondeterministic_samples = 0
+        self.least_draws: int | None = None  # random ops: the fewest draws compared per side
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -196,8 +197,32 @@ class _Checker:
             anywhere = any(isinstance(a, torch.device) or (isinstance(a, str) and a == "cpu") for a in sample.args)
             canon = self._canonical(sample)
             self._compare("forward", desc, canon(actual), canon(expected), shape_only, anywhere)
+            if self.random_reason == policy.RANDOM and not self.failures:
+                self._distribution(sample, desc)
             self._inplace(sample, desc, shape_only)
             self._out(sample, desc, expected, shape_only)
+
+    def _distribution(self, sample: Any, desc: str) -> None:
+        """A random op's draws against the CPU's, by distribution (distribution.py)."""
+        d_inp, d_args, d_kwargs = self._to_device(sample)
+
+        def dev() -> Any:
+            return self._on_device(lambda: self.op(clone(d_inp), *clone(d_args), **clone(d_kwargs)))
+
+        def cpu() -> Any:
+            return self.op(clone(sample.input), *clone(sample.args), **clone(sample.kwargs))
+        try:
+            msg, draws = distribution.compare(dev, cpu, self.key in policy.DEPENDENT_DRAWS)
+        except Exception as e:
+            self._fail("error", "distribution", desc, _first_line(e))
+            return
+        if msg:
+            self._fail("mismatch", "distribution", desc, msg)
+            return
+        if draws == 0:
+            return  # every output empty: shape and dtype were all there was to compare
+        self.checks["distribution"] += 1
+        self.least_draws = draws if self.least_draws is None else min(self.least_draws, draws)
 
     def _canonical(self, sample: Any) -> Callable[[Any], Any]:
         """What forward and out= compare: the results, or for policy.CANONICAL_OUTPUTS
@@ -319,6 +344,11 @@ class _Checker:
                 o.detail = f"sample raised on CPU too (every sample; first: {self.first_cpu_error})"
             else:
                 o.detail = "no sample inputs for this dtype"
+        elif self.random_reason and self.checks.get("distribution"):
+            o.cls = "native_pass" if not self.fallbacks else "fallback_pass"
+            o.detail = (f"random op: compared with the CPU's draws by distribution "
+                        f"({self.checks['distribution']} sample(s), >= {self.least_draws} draws "
+                        f"a side, two-sample KS at alpha {distribution.ALPHA:g}); ran {ran}")
         elif self.random_reason:
             o.cls, o.detail = "skipped", f"{self.random_reason}; shape/dtype checked, ran {ran}"
         else:

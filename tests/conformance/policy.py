@@ -145,6 +145,23 @@ NONDETERMINISTIC: dict[str, str] = {
 }
 
 
+# The random entries are compared with the CPU by distribution (distribution.py): many draws
+# on each side, a two-sample KS test. These draw values that depend on each other within one
+# call (a channel's mask, a pooling region's offsets, a random projection, draws without
+# replacement), so each call counts as one draw there, not each value.
+RANDOM = _RANDOM
+DEPENDENT_DRAWS: dict[str, str] = {
+    "multinomial": "draws without replacement exclude each other",
+    "nn.functional.dropout2d": "one mask value per channel",
+    "nn.functional.dropout3d": "one mask value per channel",
+    "nn.functional.feature_alpha_dropout.with_train": "one mask value per channel",
+    "nn.functional.fractional_max_pool2d": "one random offset per plane",
+    "nn.functional.fractional_max_pool3d": "one random offset per plane",
+    "svd_lowrank": "one random projection per call",
+    "pca_lowrank": "one random projection per call",
+}
+
+
 def _dropout_p(sample: Any) -> float:
     p = sample.kwargs.get("dropout_p", 0.0)
     return float(p) if isinstance(p, (int, float)) else 0.0
