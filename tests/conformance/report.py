@@ -8,7 +8,7 @@ from typing import Any
 
 from .check import CLASSES
 from .known_failures import KNOWN_FAILURES
-from .policy import NONDETERMINISTIC, NONDETERMINISTIC_SAMPLES, TOLERANCES
+from .policy import DEPENDENT_DRAWS, NONDETERMINISTIC, NONDETERMINISTIC_SAMPLES, RANDOM, TOLERANCES
 
 SYMBOL = {"native_pass": "N", "fallback_pass": "F", "mismatch": "M", "error": "E", "skipped": "S"}
 
@@ -72,7 +72,9 @@ def markdown(doc: dict[str, Any]) -> str:
            "Each entry runs on the CPU and on \"tpu\" with the same inputs and is compared with "
            "`torch.testing.assert_close` (PyTorch's default tolerances unless "
            "tests/conformance/policy.py states otherwise), including the in-place and `out=` "
-           "variants and, in float32, the input gradients.", "",
+           "variants and, in float32, the input gradients. Random ops are compared with the "
+           "CPU's draws by distribution instead (many calls a side, a two-sample "
+           "Kolmogorov-Smirnov test with a rounding allowance: tests/conformance/distribution.py).", "",
            "Classes: **N** native pass (no fallback counted while it ran), **F** fallback pass "
            "(passed, some op ran on the CPU), **M** mismatch, **E** error, **S** skipped "
            "(reason in op_coverage.json), **–** no CPU support for the dtype (also skipped). "
@@ -102,8 +104,14 @@ def markdown(doc: dict[str, Any]) -> str:
             "| op | dtype | atol | rtol | checks | reason |", "|---|---|---:|---:|---|---|"]
     for (op, dt), t in sorted(TOLERANCES.items()):
         out.append(f"| {op} | {dt} | {t.atol:g} | {t.rtol:g} | {', '.join(t.checks)} | {_md(t.reason)} |")
+    out += ["", "## Random ops: compared by distribution", "",
+            "Each sample's outputs drawn many times on each side and compared with a two-sample "
+            "KS test (tests/conformance/distribution.py); counted per call, not per value, where "
+            "one call's values depend on each other:", ""]
+    out += [f"- {op}" + (f" (per call: {DEPENDENT_DRAWS[op]})" if op in DEPENDENT_DRAWS else "")
+            for op, why in sorted(NONDETERMINISTIC.items()) if why == RANDOM]
     out += ["", "## Compared for shape and dtype only", ""]
-    out += [f"- {op}: {why}" for op, why in sorted(NONDETERMINISTIC.items())]
+    out += [f"- {op}: {why}" for op, why in sorted(NONDETERMINISTIC.items()) if why != RANDOM]
     out += [f"- {op}, samples with {why}" for op, (why, _) in sorted(NONDETERMINISTIC_SAMPLES.items())]
     out += ["", "## Per op", "", "| op | " + " | ".join(dts) + " | fell back to |", "|---|" + "---|" * len(dts) + "---|"]
     for op, per in doc["ops"].items():
