@@ -131,7 +131,11 @@ def test_engine_attach_listener() -> None:
     got: dict[str, Any] = {}
 
     def engine_side() -> None:
-        conn = engine_server.next_connection(listener, os.getppid(), secret)
+        try:
+            conn = engine_server.next_connection(listener, os.getppid(), secret)
+        except BaseException as e:  # reported by the test, not lost in a dead thread
+            got["error"] = repr(e)
+            return
         got["conn"] = conn is not None
         if conn is not None:
             with conn:
@@ -141,6 +145,8 @@ def test_engine_attach_listener() -> None:
     t = threading.Thread(target=engine_side, daemon=True)
     t.start()
     try:
+        time.sleep(0.2)
+        assert "error" not in got, got["error"]
         with pytest.raises(vllm_engine.EngineError, match="did not accept"):
             vllm_engine._connect(address, "wrong", 10)
         sock = vllm_engine._connect(address, secret, 10)
