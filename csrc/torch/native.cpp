@@ -717,6 +717,13 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
         for (const c10::IValue& t : v.toListRef()) add_output(t.toTensor(), call);
     }
 
+    // A random op's draws: as many as its largest output or tensor argument
+    // (multinomial without replacement draws a key per category of its input,
+    // more than the samples it returns); the generator's offset advances by that.
+    for (size_t i = 0; i < nargs; ++i) {
+      const c10::IValue& v = (*stack)[begin + i];
+      if (v.isTensor() && v.toTensor().defined()) draws = std::max(draws, v.toTensor().numel());
+    }
     // 3. The arguments, in schema order (+ the default generator for random
     //    ops without a Generator argument, like native_dropout).
     for (size_t i = 0; i < nargs; ++i)

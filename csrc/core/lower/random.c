@@ -1,7 +1,7 @@
 /* random.c — lowerings of PyTorch's random ops: uniform_, normal_ and the
  * normal(mean, std) overloads, bernoulli (float p, tensor p, p = self),
- * random_ (from/to), exponential_, geometric_, log_normal_, cauchy_, and
- * randperm.
+ * random_ (from/to), exponential_, geometric_, log_normal_, cauchy_,
+ * randperm, multinomial and rrelu_with_noise.
  *
  * Bits come from ir_rng_bits (Philox) on the generator argument's
  * (seed, offset) state, a runtime value: the same state gives the same
@@ -247,6 +247,98 @@ static tpuc_status *rn_randperm(tpuc_lower_ctx *cx) { /* (n, *, gen, out): sort 
   return ew_finish(cx, perm);
 }
 
+/* ---- multinomial ---- */
+
+/* multinomial(self [C] or [D, C], num_samples, replacement=False, *, gen) ->
+ * s64 [num_samples] or [D, num_samples]. With replacement: inverse CDF, as
+ * PyTorch's CPU kernel (x = (1 - u) * total in (0, total], the first
+ * category whose running sum reaches x: never one of probability 0). Without:
+ * the num_samples largest keys p / E with E ~ Exp(1) per category (the
+ * exponential race, also PyTorch's method), ties to the lower index. The
+ * caller reserves a draw per category (csrc/torch/native.cpp). PyTorch's
+ * checks on the probabilities (negative, inf/NaN, all zero, fewer non-zero
+ * categories than samples without replacement) are not made here. */
+static tpuc_status *rn_multinomial(tpuc_lower_ctx *cx) {
+  NEED_STATE(3)
+  tv p = lx_tensor(cx, 0);
+  ir_type pt = ir_type_of(g, p);
+  if (pt.ndim < 1 || pt.ndim > 2 || !ir_is_float(pt.dtype))
+    return lx_unimplemented(cx, "probabilities of rank 1 or 2, floating");
+  int64_t n = lx_int(cx, 1, 1);
+  bool repl = lx_bool(cx, 2, false);
+  int64_t rows = pt.ndim == 2 ? pt.dims[0] : 1, cats = pt.dims[pt.ndim - 1];
+  ir_type o = cx->out_types[0];
+  if (ir_numel(&o) == 0) return ew_finish(cx, ir_splat(g, o, 0.0));
+  if (n < 1 || cats < 1 || (!repl && n > cats)) return lx_unimplemented(cx, "sample count");
+  tpuc_dtype cd = pt.dtype == TPUC_F64 ? TPUC_F64 : TPUC_F32;
+  int64_t rc[2] = {rows, cats};
+  p = ir_reshape(g, lx_convert(g, p, cd), 2, rc);
+  tv idx;
+  if (repl) {
+    if (rows * n * cats > ((int64_t)1 << 26)) return lx_unimplemented(cx, "samples x categories above 2^26");
+    int64_t wnd[2] = {1, cats}, pad[4] = {0, 0, cats - 1, 0};
+    tv cdf = ir_reduce_window(g, p, ew_reduce_init(g, cd, IR_RED_SUM), IR_RED_SUM, wnd, NULL, pad);
+    int64_t rn[2] = {rows, n}, rnc[3] = {rows, n, cats};
+    int64_t lo[2] = {0, cats - 1}, hi[2] = {rows, cats}, st[2] = {1, 1};
+    tv total = ir_slice(g, cdf, lo, hi, st); /* [rows, 1] */
+    tv u;
+    uniforms(g, state, ir_make_type(cd, 2, rn), 1, &u, cd);
+    tv x = ir_binary(g, IR_MUL, ir_binary(g, IR_SUB, ew_splat(g, u, 1.0), u),
+                     lx_broadcast_to(g, total, 2, rn));
+    int64_t bx[3] = {rows, n, 1}, bc[3] = {rows, 1, cats};
+    tv below = ir_compare(g, IR_LT, lx_broadcast_to(g, ir_reshape(g, cdf, 3, bc), 3, rnc),
+                          lx_broadcast_to(g, ir_reshape(g, x, 3, bx), 3, rnc));
+    tv count = ir_reduce(g, ir_convert(g, below, TPUC_S64), ir_splat(g, ir_scalar_type(TPUC_S64), 0),
+                         IR_RED_SUM, (int64_t[]){2}, 1);
+    idx = ir_binary(g, IR_MIN, count, ir_splat_i64(g, ir_type_of(g, count), cats - 1));
+  } else {
+    tv u;
+    uniforms(g, state, ir_make_type(cd, 2, rc), 1, &u, cd);
+    tv e = ir_unary(g, IR_NEG, ir_unary(g, IR_LOG1P, ir_unary(g, IR_NEG, u))); /* Exp(1) */
+    tv keys = ir_binary(g, IR_DIV, p, e);
+    tv sorted, perm;
+    ir_sort(g, keys, 1, true, &sorted, &perm);
+    int64_t lo[2] = {0, 0}, hi[2] = {rows, n}, st[2] = {1, 1};
+    idx = ir_slice(g, lx_convert(g, perm, TPUC_S64), lo, hi, st);
+  }
+  return ew_finish(cx, ir_reshape(g, idx, o.ndim, o.dims));
+}
+
+/* ---- rrelu_with_noise ---- */
+
+/* rrelu_with_noise(self, noise!, lower=1/8, upper=1/3, training=False, gen)
+ * and its in-place form. Training: each negative element times a slope drawn
+ * uniformly from [lower, upper), the slopes written to noise (1 where the
+ * element is not negative). Not training: leaky_relu with slope
+ * (lower + upper) / 2, noise left as it is. */
+static tpuc_status *rn_rrelu_with_noise(tpuc_lower_ctx *cx) {
+  NEED_STATE(5)
+  tv x = lx_tensor(cx, 0), noise = lx_tensor(cx, 1);
+  ir_type xt = ir_type_of(g, x);
+  if (!ir_is_float(xt.dtype)) return lx_unimplemented(cx, "floating input");
+  ir_type t = ir_with_dtype(xt, xt.dtype == TPUC_F64 ? TPUC_F64 : TPUC_F32);
+  tv xc = lx_convert(g, x, t.dtype);
+  tv lo = lx_scalar(cx, 2, t.dtype), hi = lx_scalar(cx, 3, t.dtype);
+  tv neg = ir_compare(g, IR_LT, xc, ir_splat(g, t, 0.0));
+  tv slope;
+  if (lx_bool(cx, 4, false)) {
+    tv u;
+    uniforms(g, state, t, 1, &u, xt.dtype);
+    tv lob = lx_broadcast_to(g, lo, t.ndim, t.dims), hib = lx_broadcast_to(g, hi, t.ndim, t.dims);
+    slope = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, u, ir_binary(g, IR_SUB, hib, lob)), lob);
+    slope = ir_select(g, neg, slope, ir_splat(g, t, 1.0));
+    noise = slope;
+  } else {
+    slope = lx_broadcast_to(g, ir_binary(g, IR_MUL, ir_binary(g, IR_ADD, lo, hi),
+                                         ir_splat(g, ir_scalar_type(t.dtype), 0.5)),
+                            t.ndim, t.dims);
+    slope = ir_select(g, neg, slope, ir_splat(g, t, 1.0));
+  }
+  cx->results[0] = lx_coerce(g, ir_binary(g, IR_MUL, xc, slope), cx->out_types[0]);
+  cx->results[1] = lx_coerce(g, noise, cx->out_types[1]);
+  return NULL;
+}
+
 /* ---- the table ---- */
 
 #define E(name, fn) {"aten::" name, fn}
@@ -281,5 +373,10 @@ const tpuc_lowering tpuc_lowerings_random[] = {
     E("random_.from", rn_random_from),
     E("random_.to", rn_random_to),
     E("randperm.generator_out", rn_randperm),
+    E("multinomial", rn_multinomial),
+    E("multinomial.out", rn_multinomial),
+    E("rrelu_with_noise", rn_rrelu_with_noise),
+    E("rrelu_with_noise_", rn_rrelu_with_noise),
+    E("rrelu_with_noise.out", rn_rrelu_with_noise),
     {NULL, NULL},
 };
