@@ -350,7 +350,10 @@ static tpuc_status *l_avg_pool3d(tpuc_lower_ctx *cx) {
   tv x = lx_tensor(cx, 0);
   ir_type xt = ir_type_of(g, x);
   if (xt.ndim != 4 && xt.ndim != 5) return lx_unimplemented(cx, "avg_pool3d rank");
-  if (ir_numel(&ot) == 0) return lx_unimplemented(cx, "empty avg_pool3d");
+  if (ir_numel(&ot) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
   int64_t k[3], s[3], p[3], dl[3];
   pool_params_nd(cx, 1, 3, false, k, s, p, dl);

@@ -93,7 +93,12 @@ static tpuc_status *l_unfold_backward(tpuc_lower_ctx *cx) {
   tv gi = ir_convert(g, lx_tensor(cx, 0), lx_compute_dtype(ot.dtype));
   ir_type gt = ir_type_of(g, gi);
   int64_t size = lx_int(cx, 3, 1), step = lx_int(cx, 4, 1);
-  if (ot.ndim == 0 || gt.ndim != ot.ndim + 1 || step <= 0) return lx_unimplemented(cx, "unfold_backward: shape");
+  if (ot.ndim == 0 && gt.ndim == 1) { /* a 0-d input: its unfold is [size], size 0 or 1 */
+    int64_t d0 = 0;
+    cx->results[0] = lo_fit(g, lo_sum(g, gi, &d0, 1, false), ot);
+    return NULL;
+  }
+  if (gt.ndim != ot.ndim + 1 || step <= 0) return lx_unimplemented(cx, "unfold_backward: shape");
   int dim = (int)lx_dim(lx_int(cx, 2, 0), ot.ndim);
   int64_t w = gt.dims[dim], perm[TPUC_MAX_DIMS], d[TPUC_MAX_DIMS];
   if (w * size == 0 || ir_numel(&ot) == 0) {
