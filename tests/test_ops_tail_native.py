@@ -2,8 +2,8 @@
 the device compares, one element is read back; cov/corrcoef call it), trace, mode,
 channel_shuffle, index_reduce (prod/mean/amax/amin), max_unpool1d/2d/3d, renorm, pdist
 (forward and backward), unfold's backward (unfold_backward), replication padding with
-negative pads (crops), _native_batch_norm_legit.out (a C++ Meta for it), and empty inputs
-of avg_pool3d and nanmedian.dim.
+negative pads (crops), _native_batch_norm_legit.out (a C++ Meta for it), empty inputs
+of avg_pool3d and nanmedian.dim, and bicubic upsampling (upsample_bicubic2d and its backward).
 
 Every test asserts that nothing fell back to the CPU. References are PyTorch on the CPU
 in float64 (or exact integer data, where the result must be bit-equal); float32 bounds
@@ -265,3 +265,24 @@ def test_native_batch_norm_legit_out() -> None:
     for got, r in zip((out, sm, si), ref):
         torch.testing.assert_close(got.cpu().double(), r, rtol=0, atol=64 * 10 * U32)
     torch.testing.assert_close(rmt.cpu().double(), 0.1 * ref[1], rtol=0, atol=64 * U32)
+
+
+# ---- bicubic upsampling ----
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bicubic_and_grad(align_corners: bool) -> None:
+    x = torch.randn(2, 3, 5, 4, generator=gen(32), dtype=F64)
+    for size in [(9, 7), (3, 2)]:
+        xt = x.float().to("tpu").requires_grad_()
+        got = F.interpolate(xt, size=size, mode="bicubic", align_corners=align_corners)
+        xc = x.float().double().requires_grad_()
+        ref = F.interpolate(xc, size=size, mode="bicubic", align_corners=align_corners)
+        # 16 taps with weights of |sum| <= 1.5 per dim, the weights themselves computed in
+        # float32: <= 64 roundings of the largest weighted input
+        bound = 64 * U32 * 2.25 * x.abs().max().item()
+        torch.testing.assert_close(got.detach().cpu().double(), ref.detach(), rtol=0, atol=bound)
+        w = torch.randn(got.shape, generator=gen(33), dtype=F64)
+        (got * w.float().to("tpu")).sum().backward()
+        (ref * w).sum().backward()
+        gb = 64 * U32 * 2.25 * w.abs().max().item() * 16  # each input gathers <= 16 * (out/in) terms
+        torch.testing.assert_close(xt.grad.cpu().double(), xc.grad, rtol=0, atol=gb)

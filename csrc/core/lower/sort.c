@@ -229,10 +229,12 @@ static tpuc_status *so_logcumsumexp(tpuc_lower_ctx *cx) {
 
 /* mode(self, dim=-1, keepdim=False) -> (values, indices): the most frequent
  * value along dim (ties: the smallest) and the position of its last
- * occurrence, which is what PyTorch's CPU gives (it sorts each row with
- * std::sort, an insertion sort, stable, for rows of up to 16 elements;
- * beyond that its index among equal elements is its sort's choice). Counted
- * over all pairs of a row, [B, n, n] compares that XLA fuses. */
+ * occurrence, which is what PyTorch's CPU gives for rows of up to 16
+ * elements (it sorts each row with std::sort, an insertion sort there, so
+ * stable). Longer rows are declined: there the CPU's index among equal
+ * elements is whatever its introsort leaves last, which only the CPU
+ * reproduces. Counted over all pairs of a row, [B, n, n] compares that XLA
+ * fuses. */
 static tpuc_status *so_mode(tpuc_lower_ctx *cx) {
   ir_graph *g = cx->g;
   ir_type vt = lx_out(cx, 0), it = lx_out(cx, 1);
@@ -246,6 +248,7 @@ static tpuc_status *so_mode(tpuc_lower_ctx *cx) {
   }
   int dim = (int)lx_dim(lx_int(cx, 1, -1), t.ndim);
   int64_t perm[TPUC_MAX_DIMS], b = 1, n = t.dims[dim];
+  if (n > 16) return lx_unimplemented(cx, "mode: rows over 16 (the CPU's index among equal elements is its sort's)");
   int k = 0;
   for (int i = 0; i < t.ndim; i++)
     if (i != dim) perm[k++] = i, b *= t.dims[i];
