@@ -3,7 +3,8 @@ the device compares, one element is read back; cov/corrcoef call it), trace, mod
 channel_shuffle, index_reduce (prod/mean/amax/amin), max_unpool1d/2d/3d, renorm, pdist
 (forward and backward), unfold's backward (unfold_backward), replication padding with
 negative pads (crops), _native_batch_norm_legit.out (a C++ Meta for it), empty inputs
-of avg_pool3d and nanmedian.dim, and bicubic upsampling (upsample_bicubic2d and its backward).
+of avg_pool3d and nanmedian.dim, bicubic upsampling (upsample_bicubic2d and its backward)
+and segment_reduce (lengths or offsets, with its backward).
 
 Every test asserts that nothing fell back to the CPU. References are PyTorch on the CPU
 in float64 (or exact integer data, where the result must be bit-equal); float32 bounds
@@ -286,3 +287,26 @@ def test_bicubic_and_grad(align_corners: bool) -> None:
         (ref * w).sum().backward()
         gb = 64 * U32 * 2.25 * w.abs().max().item() * 16  # each input gathers <= 16 * (out/in) terms
         torch.testing.assert_close(xt.grad.cpu().double(), xc.grad, rtol=0, atol=gb)
+
+
+# ---- segment_reduce ----
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+def test_segment_reduce_and_grad(reduce: str) -> None:
+    x = torch.randn(7, 3, generator=gen(34), dtype=F64)
+    x[2, 1] = 0.0  # prod's gradient at a zero: the product of the others
+    lengths = torch.tensor([2, 0, 3, 2])  # an empty segment: initial, or NaN for mean
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    w = torch.randn(4, 3, generator=gen(35), dtype=F64)
+    for init, kw in [(None, {"lengths": lengths}), (1.5, {"offsets": offsets})]:
+        xt = x.float().to("tpu").requires_grad_()
+        got = torch.segment_reduce(xt, reduce, axis=0, initial=init, unsafe=True,
+                                   **{k: v.to("tpu") for k, v in kw.items()})
+        xc = x.float().double().requires_grad_()
+        ref = torch.segment_reduce(xc, reduce, axis=0, initial=init, unsafe=True, **kw)
+        # at most 3 elements and the initial per segment: <= 8 roundings of values <= 4^3
+        torch.testing.assert_close(got.detach().cpu().double(), ref.detach(), rtol=8 * U32, atol=8 * U32,
+                                   equal_nan=True)
+        (got * w.float().to("tpu")).nan_to_num(0).sum().backward()
+        (ref * w).nan_to_num(0).sum().backward()
+        torch.testing.assert_close(xt.grad.cpu().double(), xc.grad, rtol=16 * U32, atol=16 * 64 * U32)
