@@ -36,7 +36,9 @@ FFT_LINALG_OPS = [
 ]
 # Special functions, 3-D pooling, the tail (lower/special.c, nn_pool_nd.c, vector.c).
 SPECIAL_POOL_OPS = ["i0", "nn.functional.adaptive_avg_pool3d", "linalg.cross"]
-OPS = TRANSFORMER_OPS + FFT_LINALG_OPS + SPECIAL_POOL_OPS
+# The tail (issue 34): trace (lower/reduce.c), max_unpool (nn_pool_nd.c), torch.equal (a host bool).
+TAIL_OPS = ["trace", "nn.functional.max_unpool2d", "equal"]
+OPS = TRANSFORMER_OPS + FFT_LINALG_OPS + SPECIAL_POOL_OPS + TAIL_OPS
 DTYPE = "float32"
 
 

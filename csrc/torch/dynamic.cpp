@@ -3,6 +3,8 @@
 // elements is read back (one host sync, as on CUDA), and the positions come
 // from a stable sort that moves the selected elements to the front in order.
 // Boolean indexing (x[mask]) goes through nonzero, so it stays on the device.
+// Also equal, whose result is a host bool: the device compares, the host
+// reads back one element.
 #include <ATen/ATen.h>
 
 #include "ops.h"
@@ -44,6 +46,17 @@ at::Tensor masked_select_tpu(const at::Tensor& self, const at::Tensor& mask) {
   if (values.numel() == 0) return at::empty({0}, self.options());
   at::Tensor idx = selected_flat_indices(mask.expand(shape));
   return values.index_select(0, idx);
+}
+
+// equal(self, other): PyTorch's CPU answer (cpu_equal) — an error for two
+// devices, false for other sizes, else every element == after promotion to
+// a common dtype (NaN is never equal, the same tensor included).
+bool equal_tpu(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ",
+              self.device(), " and ", other.device());
+  if (!self.is_same_size(other)) return false;
+  if (self.numel() == 0) return true;
+  return at::eq(self, other).all().item<bool>();
 }
 
 }  // namespace
@@ -96,4 +109,5 @@ void prepare_dynamic_args(const OpInfo& info, const c10::OperatorHandle& op,
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", TORCH_FN(tpuc_torch::nonzero_tpu));
   m.impl("masked_select", TORCH_FN(tpuc_torch::masked_select_tpu));
+  m.impl("equal", TORCH_FN(tpuc_torch::equal_tpu));
 }

@@ -8,6 +8,7 @@
 #include "ops.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/util/Exception.h>
@@ -21,6 +22,20 @@
 
 namespace tpuc_torch {
 namespace {
+
+// OpInfo::cpp_meta of _native_batch_norm_legit.out, which PyTorch gives no
+// Meta kernel: the functional op's Meta results (the out arguments then
+// follow them, as for any out= op).
+void bn_legit_out_meta(torch::jit::Stack& s) {
+  auto r = at::_native_batch_norm_legit(s[0].toTensor(), s[1].toOptional<at::Tensor>(),
+                                        s[2].toOptional<at::Tensor>(), s[3].toTensor(),
+                                        s[4].toTensor(), s[5].toBool(), s[6].toDouble(),
+                                        s[7].toDouble());
+  s.clear();
+  s.emplace_back(std::get<0>(r));
+  s.emplace_back(std::get<1>(r));
+  s.emplace_back(std::get<2>(r));
+}
 
 struct Registry {
   std::mutex mu;
@@ -99,6 +114,7 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
       info->name == "aten::multilabel_margin_loss_backward")
     info->like_arg_meta = 1;
   info->cpp_meta = cpp_meta_for(info->name);
+  if (info->name == "aten::_native_batch_norm_legit.out") info->cpp_meta = &bn_legit_out_meta;
   using BnEval = OpInfo::BnEval;
   for (const char* n : {"aten::native_batch_norm", "aten::native_batch_norm.out",
                         "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.out"})

@@ -73,7 +73,10 @@ tv lo_take_along(ir_graph *g, tv x, int dim, tv idx) {
 }
 
 /* x [B, M] with upd [B, n] added at positions idx [B, n] (s64). */
-tv lo_scatter_add_rows(ir_graph *g, tv x, tv idx, tv upd) {
+tv lo_scatter_add_rows(ir_graph *g, tv x, tv idx, tv upd) { return lo_scatter_rows(g, x, idx, upd, IR_RED_SUM); }
+
+/* x [B, M] with upd [B, n] combined into positions idx [B, n] (s64). */
+tv lo_scatter_rows(ir_graph *g, tv x, tv idx, tv upd, ir_reducer combine) {
   ir_type it = ir_type_of(g, idx);
   int64_t cd[3] = {it.dims[0], it.dims[1], 1};
   tv parts[2] = {ir_reshape(g, ir_iota(g, it, 0), 3, cd), ir_reshape(g, idx, 3, cd)};
@@ -86,5 +89,5 @@ tv lo_scatter_add_rows(ir_graph *g, tv x, tv idx, tv upd) {
   d.scatter_dims_to_operand_dims[1] = 1;
   d.n_scatter_dims = 2;
   d.index_vector_dim = 2;
-  return ir_scatter(g, x, ir_concat(g, parts, 2, 2), upd, &d, IR_RED_SUM);
+  return ir_scatter(g, x, ir_concat(g, parts, 2, 2), upd, &d, combine);
 }

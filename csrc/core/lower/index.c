@@ -1,7 +1,7 @@
 /* index.c — lowerings of indexing: index_select, gather, scatter (src,
  * value, reduce), scatter_add, scatter_reduce, index.Tensor (advanced
  * indexing, boolean masks included), index_put / _index_put_impl_,
- * index_add, index_copy, index_fill, masked_scatter, take, put, embedding
+ * index_add, index_copy, index_reduce, index_fill, masked_scatter, take, put, embedding
  * and embedding_dense_backward. Everything becomes a StableHLO gather or
  * scatter; negative indices wrap like PyTorch where PyTorch accepts them.
  * Out-of-range indices are a user error PyTorch reports; XLA would clamp
@@ -253,6 +253,54 @@ static tpuc_status *lower_index_add(tpuc_lower_ctx *cx, bool copy) {
 }
 static tpuc_status *l_index_add(tpuc_lower_ctx *cx) { return lower_index_add(cx, false); }
 static tpuc_status *l_index_copy(tpuc_lower_ctx *cx) { return lower_index_add(cx, true); }
+
+/* index_reduce(self, dim, index, source, reduce, *, include_self=True):
+ * prod/mean/amax/amin of source's slices into self's slices index[k]; as
+ * scatter_reduce, but slice-wise (the positions index names start from the
+ * reducer's identity without include_self; mean divides by the count, floor
+ * division for integers). */
+static tpuc_status *l_index_reduce(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = ir_convert(g, at_least_1d(g, lx_tensor(cx, 0)), ot.dtype);
+  ir_type xt = ir_type_of(g, x);
+  int dim = (int)lx_dim(lx_int(cx, 1, 0), xt.ndim);
+  lx_check_index(cx, lx_tensor(cx, 2), xt.dims[dim], false, TPUC_CHECK_DIM_INDEX, dim);
+  tv idx = at_least_1d(g, lo_wrap_index(g, lx_tensor(cx, 2), xt.dims[dim]));
+  const char *rs = lx_string(cx, 4);
+  bool mean = rs && !strcmp(rs, "mean"), self_in = lx_bool(cx, 5, true);
+  ir_reducer r = IR_RED_SUM;
+  if (!mean && !scatter_reducer(rs, &r)) return lx_unimplemented(cx, "unknown reduce");
+  int64_t k = ir_type_of(g, idx).dims[0];
+  if (k == 0) {
+    cx->results[0] = lo_out(g, ir_reshape(g, x, ot.ndim, ot.dims), ot);
+    return NULL;
+  }
+  ir_type st = xt;
+  st.dims[dim] = k;
+  tv src = ir_reshape(g, ir_convert(g, lx_tensor(cx, 3), ot.dtype), st.ndim, st.dims);
+  if (!self_in) {
+    int64_t n = xt.dims[dim], bd = dim;
+    tv hit = lo_put_dim(g, ir_splat(g, ir_make_type(TPUC_PRED, 1, &n), 0.0), 0, idx,
+                        ir_splat(g, ir_make_type(TPUC_PRED, 1, &k), 1.0), IR_SCATTER_REPLACE);
+    hit = ir_broadcast_in_dim(g, hit, ir_with_dtype(xt, TPUC_PRED), &bd);
+    x = ir_select(g, hit, ir_broadcast_in_dim(g, lo_init(g, xt.dtype, r), xt, NULL), x);
+  }
+  tv y = lo_put_dim(g, x, dim, idx, src, r);
+  if (mean) {
+    tv cnt = lo_put_dim(g, ir_splat(g, xt, self_in ? 1.0 : 0.0), dim, idx, ir_splat(g, st, 1.0), IR_RED_SUM);
+    cnt = ir_binary(g, IR_MAX, cnt, ir_splat(g, xt, 1.0));
+    tv q = ir_binary(g, IR_DIV, y, cnt);
+    if (!ir_is_float(xt.dtype) && !ir_is_complex(xt.dtype)) { /* floor division; cnt > 0 */
+      tv fix = ir_compare(g, IR_NE, ir_binary(g, IR_MUL, q, cnt), y);
+      fix = ir_binary(g, IR_AND, fix, ir_compare(g, IR_LT, y, ir_splat(g, xt, 0.0)));
+      q = ir_select(g, fix, ir_binary(g, IR_SUB, q, ir_splat(g, xt, 1.0)), q);
+    }
+    y = q;
+  }
+  cx->results[0] = ir_reshape(g, y, ot.ndim, ot.dims);
+  return NULL;
+}
 
 /* index_fill.{int_Scalar,int_Tensor}(self, dim, index, value). */
 static tpuc_status *l_index_fill(tpuc_lower_ctx *cx) {
@@ -651,6 +699,9 @@ const tpuc_lowering tpuc_lowerings_index[] = {
     {"aten::index_copy", l_index_copy},
     {"aten::index_copy.out", l_index_copy},
     {"aten::index_copy_", l_index_copy},
+    {"aten::index_reduce", l_index_reduce},
+    {"aten::index_reduce.out", l_index_reduce},
+    {"aten::index_reduce_", l_index_reduce},
     {"aten::index_fill.int_Scalar", l_index_fill},
     {"aten::index_fill.int_Tensor", l_index_fill},
     {"aten::index_fill.int_Scalar_out", l_index_fill},

@@ -200,6 +200,8 @@ static inline tv lo_reduce_loss(ir_graph *g, tv l, int64_t reduction) {
 
 /* gather.c: x [B, M] with upd [B, n] added at positions idx [B, n] (s64). */
 tv lo_scatter_add_rows(ir_graph *g, tv x, tv idx, tv upd);
+/* gather.c: the same with `combine` (IR_SCATTER_REPLACE or a reducer). */
+tv lo_scatter_rows(ir_graph *g, tv x, tv idx, tv upd, ir_reducer combine);
 /* gather.c: x indexed along `dim` by idx of any shape (s64, in range):
  * x.dims[:dim] + idx.shape + x.dims[dim+1:]. */
 tv lo_take_dim(ir_graph *g, tv x, int dim, tv idx);

@@ -1,7 +1,7 @@
 /* nn_pool_nd.c — pooling the 2-D lowerings (nn_conv.c) do not cover, which
  * vision and video models still sent to the CPU: adaptive_max_pool2d/3d,
  * adaptive_avg_pool3d, max_pool3d_with_indices and avg_pool3d (each with its
- * backward), and
+ * backward), max_unpool2d/3d (a scatter; their backward is a gather), and
  * im2col / col2im (unfold / fold). Windowed maxima gather each window (NaN
  * wins, the first maximum's index); backward passes scatter-add by index.
  * f16/bf16 compute in f32 like PyTorch's CPU kernels. */
@@ -350,7 +350,10 @@ static tpuc_status *l_avg_pool3d(tpuc_lower_ctx *cx) {
   tv x = lx_tensor(cx, 0);
   ir_type xt = ir_type_of(g, x);
   if (xt.ndim != 4 && xt.ndim != 5) return lx_unimplemented(cx, "avg_pool3d rank");
-  if (ir_numel(&ot) == 0) return lx_unimplemented(cx, "empty avg_pool3d");
+  if (ir_numel(&ot) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
   int64_t k[3], s[3], p[3], dl[3];
   pool_params_nd(cx, 1, 3, false, k, s, p, dl);
@@ -517,6 +520,37 @@ static tpuc_status *l_col2im(tpuc_lower_ctx *cx) {
 /* ---- the family's table ---- */
 
 extern const tpuc_lowering tpuc_lowerings_nn_pool_nd[];
+/* ---- max_unpool2d / max_unpool3d ---- */
+
+/* max_unpool2d(self, indices, output_size) and max_unpool3d(self, indices,
+ * output_size, stride, padding): zeros of the output's size, each input
+ * element written at its flat index within its (N, C) plane. Indices from a
+ * max pool are distinct or name equal values; for other repeated indices
+ * which write wins is unspecified (the CPU: the last). */
+static tpuc_status *lower_max_unpool(tpuc_lower_ctx *cx, int nsp) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = lx_tensor(cx, 0), idx = lx_tensor(cx, 1);
+  ir_type xt = ir_type_of(g, x);
+  if (ot.ndim < nsp + 1 || xt.ndim != ot.ndim) return lx_unimplemented(cx, "max_unpool: ranks");
+  int64_t b = 1, p = 1, l = 1;
+  for (int i = 0; i < ot.ndim - nsp; i++) b *= ot.dims[i];
+  for (int i = ot.ndim - nsp; i < ot.ndim; i++) p *= ot.dims[i], l *= xt.dims[i];
+  tv zero = ir_splat(g, ir_make_type(ot.dtype, 2, (int64_t[2]){b, p}), 0.0);
+  if (b * p == 0 || l == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
+  int64_t bl[2] = {b, l};
+  x = ir_reshape(g, ir_convert(g, x, ot.dtype), 2, bl);
+  idx = ir_reshape(g, ir_convert(g, idx, TPUC_S64), 2, bl);
+  tv y = lo_scatter_rows(g, zero, idx, x, IR_SCATTER_REPLACE);
+  cx->results[0] = ir_reshape(g, y, ot.ndim, ot.dims);
+  return NULL;
+}
+static tpuc_status *l_max_unpool2d(tpuc_lower_ctx *cx) { return lower_max_unpool(cx, 2); }
+static tpuc_status *l_max_unpool3d(tpuc_lower_ctx *cx) { return lower_max_unpool(cx, 3); }
+
 const tpuc_lowering tpuc_lowerings_nn_pool_nd[] = {
     {"aten::adaptive_max_pool2d", l_adaptive_max_pool2d},
     {"aten::adaptive_max_pool2d.out", l_adaptive_max_pool2d},
@@ -539,6 +573,10 @@ const tpuc_lowering tpuc_lowerings_nn_pool_nd[] = {
     {"aten::avg_pool3d.out", l_avg_pool3d},
     {"aten::avg_pool3d_backward", l_avg_pool3d_bw},
     {"aten::avg_pool3d_backward.grad_input", l_avg_pool3d_bw},
+    {"aten::max_unpool2d", l_max_unpool2d},
+    {"aten::max_unpool2d.out", l_max_unpool2d},
+    {"aten::max_unpool3d", l_max_unpool3d},
+    {"aten::max_unpool3d.out", l_max_unpool3d},
     {"aten::im2col", l_im2col},
     {"aten::im2col.out", l_im2col},
     {"aten::col2im", l_col2im},

@@ -1,8 +1,8 @@
 /* reduce.c — lowerings of PyTorch's reductions and scans: sum, nansum, mean,
  * prod, amax/amin/aminmax, max/min (whole tensor, or along a dim with
  * indices), median (from a stable sort), argmax/argmin, var/std and var_mean/std_mean (runtime correction), norm and
- * linalg_vector_norm (runtime order p), all/any, logsumexp, count_nonzero,
- * and cumsum/cumprod (as windowed reductions).
+ * linalg_vector_norm (runtime order p), renorm, all/any, logsumexp, count_nonzero,
+ * cumsum/cumprod (as windowed reductions) and trace (the diagonal's sum).
  *
  * Conventions, as PyTorch: an absent or empty dim list reduces every dim; a
  * rank-0 input accepts dim 0/-1 and reduces nothing; float16/bfloat16
@@ -332,10 +332,20 @@ static tpuc_status *rd_nanmedian_all(tpuc_lower_ctx *cx) { /* (self) */
   return NULL;
 }
 
+/* An empty input whose reduced dim is not empty: empty results (the CPU
+ * errors on an empty reduced dim, which the caller's meta check reports). */
+static bool empty_results(tpuc_lower_ctx *cx) {
+  for (int k = 0; k < cx->noutputs; k++)
+    if (ir_numel(&cx->out_types[k]) != 0) return false;
+  for (int k = 0; k < cx->noutputs; k++) cx->results[k] = ir_splat(cx->g, cx->out_types[k], 0.0);
+  return true;
+}
+
 static tpuc_status *rd_nanmedian_dim(tpuc_lower_ctx *cx) { /* (self, dim, keepdim) */
   ir_graph *g = cx->g;
   tv x = lx_tensor(cx, 0), v, i;
   ir_type t = ir_type_of(g, x);
+  if (ir_numel(&t) == 0 && t.dtype != TPUC_PRED && !ir_is_complex(t.dtype) && empty_results(cx)) return NULL;
   if (ir_is_complex(t.dtype) || t.dtype == TPUC_PRED || ir_numel(&t) == 0) return lx_unimplemented(cx, "input");
   if (t.ndim == 0) {
     v = x;
@@ -399,23 +409,14 @@ static tv norm_static(ir_graph *g, tv a, double p, const int64_t *dims, int n) {
  * a runtime value and all are computed, one selected (an elementwise pow and
  * two extra reductions over every element: ~3x the time of the p = 2 form
  * on XLA CPU, which clip_grad_norm_ pays on every gradient). */
-static tpuc_status *norm(tpuc_lower_ctx *cx, int p_arg, int dims_arg) {
+static tv pnorm(tpuc_lower_ctx *cx, tv a, int p_arg, const int64_t *dims, int n) {
   ir_graph *g = cx->g;
-  tpuc_dtype in = lx_tensor_desc(cx, 0)->dtype;
-  if (!ir_is_float(in) || !ir_is_float(cx->out_types[0].dtype))
-    return lx_unimplemented(cx, "input dtype");
-  tv a = ir_unary(g, IR_ABS, self_acc(cx));
   ir_type t = ir_type_of(g, a);
   tpuc_dtype d = t.dtype;
-  int64_t dims[TPUC_MAX_DIMS];
-  int n = dims_of(cx, dims_arg, t.ndim, dims);
   double pv = 2;
   if (lx_is_none(cx, p_arg) || ir_splat_value(g, cx->scalar_vals[p_arg], &pv)) {
     tv r = norm_static(g, a, pv, dims, n);
-    if (r != IR_NONE) {
-      put(cx, 0, r);
-      return NULL;
-    }
+    if (r != IR_NONE) return r;
   }
   tv p = lx_is_none(cx, p_arg) ? ir_splat(g, ir_scalar_type(d), 2.0) : lx_scalar(cx, p_arg, d);
 #define P_IS(v) ir_compare(g, IR_EQ, p, ir_splat(g, ir_scalar_type(d), (v)))
@@ -433,8 +434,40 @@ static tpuc_status *norm(tpuc_lower_ctx *cx, int p_arg, int dims_arg) {
   tv r = ir_select(g, is2, ir_unary(g, IR_SQRT, s),
                    ir_select(g, ir_binary(g, IR_OR, is1, is0), s, general));
   r = ir_select(g, is_inf, extreme(g, a, true, dims, n), r);
-  r = ir_select(g, is_ninf, extreme(g, a, false, dims, n), r);
-  put(cx, 0, r);
+  return ir_select(g, is_ninf, extreme(g, a, false, dims, n), r);
+}
+
+static tpuc_status *norm(tpuc_lower_ctx *cx, int p_arg, int dims_arg) {
+  tpuc_dtype in = lx_tensor_desc(cx, 0)->dtype;
+  if (!ir_is_float(in) || !ir_is_float(cx->out_types[0].dtype))
+    return lx_unimplemented(cx, "input dtype");
+  tv a = ir_unary(cx->g, IR_ABS, self_acc(cx));
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = dims_of(cx, dims_arg, ir_type_of(cx->g, a).ndim, dims);
+  put(cx, 0, pnorm(cx, a, p_arg, dims, n));
+  return NULL;
+}
+
+/* renorm(self, p, dim, maxnorm): each slice along dim whose p-norm over the
+ * other dims exceeds maxnorm is scaled by maxnorm / (norm + 1e-7); the
+ * factor is computed in the accumulating dtype (f32 for f16/bf16) and
+ * applied in self's, as PyTorch's CPU kernel. */
+static tpuc_status *rd_renorm(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  if (!ir_is_float(ot.dtype) || ot.ndim == 0) return lx_unimplemented(cx, "renorm: dtype or rank");
+  tv a = ir_unary(g, IR_ABS, self_acc(cx));
+  ir_type t = ir_type_of(g, a);
+  int64_t keep = lx_dim(lx_int(cx, 2, 0), t.ndim), dims[TPUC_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < t.ndim; i++)
+    if (i != keep) dims[n++] = i;
+  tv r = pnorm(cx, a, 1, dims, n); /* [size at dim] */
+  tv mx = lx_broadcast_to(g, lx_scalar(cx, 3, t.dtype), 1, &t.dims[keep]);
+  tv f = ir_binary(g, IR_DIV, mx, ir_binary(g, IR_ADD, r, ew_splat(g, r, 1e-7)));
+  f = ir_select(g, ir_compare(g, IR_GT, r, mx), f, ew_splat(g, r, 1.0));
+  f = ir_broadcast_in_dim(g, ir_convert(g, f, ot.dtype), ot, &keep);
+  cx->results[0] = ir_binary(g, IR_MUL, ir_convert(g, lx_tensor(cx, 0), ot.dtype), f);
   return NULL;
 }
 
@@ -512,6 +545,22 @@ static tpuc_status *scan(tpuc_lower_ctx *cx, ir_reducer r) {
 static tpuc_status *rd_cumsum(tpuc_lower_ctx *cx) { return scan(cx, IR_RED_SUM); }
 static tpuc_status *rd_cumprod(tpuc_lower_ctx *cx) { return scan(cx, IR_RED_PROD); }
 
+/* trace(self): the sum of a matrix's diagonal, accumulated in the output's
+ * dtype (int64 for integers, as PyTorch; f32 for f16/bf16). */
+static tpuc_status *rd_trace(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  if (lx_tensor_desc(cx, 0)->dtype == TPUC_PRED) return lx_unimplemented(cx, "trace: bool (the CPU has no kernel)");
+  tv x = self_acc(cx);
+  ir_type t = ir_type_of(g, x);
+  if (t.ndim != 2) return lx_unimplemented(cx, "trace: not a matrix");
+  ir_type it = ir_make_type(TPUC_S64, 2, t.dims);
+  tv diag = ir_compare(g, IR_EQ, ir_iota(g, it, 0), ir_iota(g, it, 1));
+  tv v = ir_select(g, diag, x, ew_splat(g, x, 0.0));
+  int64_t dims[2] = {0, 1};
+  put(cx, 0, reduce(g, v, IR_RED_SUM, dims, 2));
+  return NULL;
+}
+
 /* ---- the table ---- */
 
 #define E(name, fn) {"aten::" name, fn}
@@ -557,6 +606,9 @@ const tpuc_lowering tpuc_lowerings_reduce[] = {
     E("count_nonzero.dim_IntList_out", rd_count_nonzero),
     E("logsumexp", rd_logsumexp), E("logsumexp.out", rd_logsumexp),
     E("cumsum", rd_cumsum), E("cumsum_", rd_cumsum), E("cumsum.out", rd_cumsum),
+    {"aten::renorm", rd_renorm, 1u << 1}, {"aten::renorm.out", rd_renorm, 1u << 1},
+    {"aten::renorm_", rd_renorm, 1u << 1},
+    E("trace", rd_trace), E("trace.out", rd_trace),
     E("cumprod", rd_cumprod), E("cumprod_", rd_cumprod), E("cumprod.out", rd_cumprod),
     {NULL, NULL},
 };

@@ -30,6 +30,8 @@ EMPTY_FAMILY(tpuc_lowerings_nn_margin);
 EMPTY_FAMILY(tpuc_lowerings_linalg_lu);
 EMPTY_FAMILY(tpuc_lowerings_linalg_qr);
 EMPTY_FAMILY(tpuc_lowerings_linalg_eig);
+EMPTY_FAMILY(tpuc_lowerings_distance);
+EMPTY_FAMILY(tpuc_lowerings_segment);
 
 static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
@@ -40,6 +42,7 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_count,       tpuc_lowerings_assert, tpuc_lowerings_fft,
     tpuc_lowerings_special,     tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
     tpuc_lowerings_linalg_lu,   tpuc_lowerings_linalg_qr,   tpuc_lowerings_linalg_eig,
+    tpuc_lowerings_distance,    tpuc_lowerings_segment,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 

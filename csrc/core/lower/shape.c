@@ -1,5 +1,5 @@
 /* shape.c — lowerings that move data without arithmetic: cat, stack, flip,
- * roll, repeat, tril/triu, constant/reflection/replication padding (and the
+ * roll, repeat, channel_shuffle, unfold_backward, tril/triu, constant/reflection/replication padding (and the
  * backward of the latter two), diag_embed, tril/triu_indices, and the *_copy
  * forms of view ops (split, unbind, slice, select, narrow, expand, permute...)
  * that functionalization produces. Views themselves are metadata in the C++
@@ -61,6 +61,64 @@ static tpuc_status *l_flip(tpuc_lower_ctx *cx) {
     if (ot.ndim && ot.dims[d] > 1) dims[k++] = d;
   }
   cx->results[0] = ir_reverse(cx->g, lx_tensor(cx, 0), dims, k);
+  return NULL;
+}
+
+/* channel_shuffle(self, groups): [N, C, *] as [N, g, C/g, *], the two group
+ * dims swapped, flattened back. */
+static tpuc_status *l_channel_shuffle(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = lx_tensor(cx, 0);
+  int64_t grp = lx_int(cx, 1, 1);
+  if (ot.ndim < 2 || grp <= 0 || ot.dims[1] % grp || ot.ndim + 1 > TPUC_MAX_DIMS)
+    return lx_unimplemented(cx, "channel_shuffle: shape");
+  int64_t d[TPUC_MAX_DIMS], perm[TPUC_MAX_DIMS];
+  d[0] = ot.dims[0], d[1] = grp, d[2] = ot.dims[1] / grp;
+  for (int i = 2; i < ot.ndim; i++) d[i + 1] = ot.dims[i];
+  for (int i = 0; i <= ot.ndim; i++) perm[i] = i;
+  perm[1] = 2, perm[2] = 1;
+  tv y = ir_transpose(g, ir_reshape(g, x, ot.ndim + 1, d), perm);
+  cx->results[0] = lo_out(g, ir_reshape(g, y, ot.ndim, ot.dims), ot);
+  return NULL;
+}
+
+/* unfold_backward(grad_in, input_sizes, dim, size, step): the gradient of
+ * x.unfold(dim, size, step). grad_in has W windows at dim and the window's
+ * `size` elements last; element k of window w adds to position w*step + k:
+ * one scatter-add of the [W*size] slices along dim. */
+static tpuc_status *l_unfold_backward(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv gi = ir_convert(g, lx_tensor(cx, 0), lx_compute_dtype(ot.dtype));
+  ir_type gt = ir_type_of(g, gi);
+  int64_t size = lx_int(cx, 3, 1), step = lx_int(cx, 4, 1);
+  if (ot.ndim == 0 && gt.ndim == 1) { /* a 0-d input: its unfold is [size], size 0 or 1 */
+    int64_t d0 = 0;
+    cx->results[0] = lo_fit(g, lo_sum(g, gi, &d0, 1, false), ot);
+    return NULL;
+  }
+  if (gt.ndim != ot.ndim + 1 || step <= 0) return lx_unimplemented(cx, "unfold_backward: shape");
+  int dim = (int)lx_dim(lx_int(cx, 2, 0), ot.ndim);
+  int64_t w = gt.dims[dim], perm[TPUC_MAX_DIMS], d[TPUC_MAX_DIMS];
+  if (w * size == 0 || ir_numel(&ot) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
+  int k = 0;
+  for (int i = 0; i < ot.ndim; i++) {
+    perm[k++] = i;
+    if (i == dim) perm[k++] = ot.ndim; /* the window's elements right after its index */
+  }
+  for (int i = 0; i < ot.ndim; i++) d[i] = i == dim ? w * size : gt.dims[i];
+  tv upd = ir_reshape(g, ir_transpose(g, gi, perm), ot.ndim, d);
+  int64_t m = w * size;
+  ir_type mt = ir_make_type(TPUC_S64, 1, &m);
+  tv i = ir_iota(g, mt, 0), sz = ir_splat_i64(g, mt, size);
+  tv idx = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, ir_binary(g, IR_DIV, i, sz), ir_splat_i64(g, mt, step)),
+                     ir_binary(g, IR_REM, i, sz));
+  tv zero = ir_splat(g, ir_with_dtype(ot, gt.dtype), 0.0);
+  cx->results[0] = lo_out(g, lo_put_dim(g, zero, dim, idx, upd, IR_RED_SUM), ot);
   return NULL;
 }
 
@@ -315,6 +373,27 @@ static tv edge_pad_grad(ir_graph *g, tv gy, int dim, int64_t lo, int64_t hi, boo
   return mid;
 }
 
+/* Replication padding by lo/hi along dim, either sign (a negative pad crops):
+ * output j reads input clamp(j - lo, 0, n - 1), a gather; its backward
+ * scatter-adds the gradient back to those positions (gy: m = n + lo + hi). */
+static tv replicate_index(ir_graph *g, int64_t m, int64_t n, int64_t lo) {
+  ir_type it = ir_make_type(TPUC_S64, 1, &m);
+  tv j = ir_binary(g, IR_SUB, ir_iota(g, it, 0), ir_splat_i64(g, it, lo));
+  return ir_clamp(g, ir_splat_i64(g, it, 0), j, ir_splat_i64(g, it, n - 1));
+}
+static tv replicate_any(ir_graph *g, tv x, int dim, int64_t lo, int64_t hi) {
+  int64_t n = ir_type_of(g, x).dims[dim];
+  return lo_take_dim(g, x, dim, replicate_index(g, n + lo + hi, n, lo));
+}
+static tv replicate_any_grad(ir_graph *g, tv gy, int dim, int64_t lo, int64_t hi) {
+  ir_type t = ir_type_of(g, gy);
+  int64_t m = t.dims[dim], n = m - lo - hi;
+  ir_type zt = t;
+  zt.dims[dim] = n;
+  if (m == 0) return ir_splat(g, zt, 0.0);
+  return lo_put_dim(g, ir_splat(g, zt, 0.0), dim, replicate_index(g, m, n, lo), gy, IR_RED_SUM);
+}
+
 /* reflection_padNd / replication_padNd (self, padding) and their backward
  * (grad_output, self, padding): `padding` pairs from the last dim back. */
 static tpuc_status *lower_edge_pad(tpuc_lower_ctx *cx, bool reflect, bool backward) {
@@ -330,7 +409,11 @@ static tpuc_status *lower_edge_pad(tpuc_lower_ctx *cx, bool reflect, bool backwa
     int dim = ot.ndim - 1 - i;
     int64_t lo = p[2 * i], hi = p[2 * i + 1];
     int64_t n = backward ? ot.dims[dim] : ir_type_of(g, x).dims[dim];
-    if (lo < 0 || hi < 0) return lx_unimplemented(cx, "negative reflection/replication padding");
+    if (!reflect && (lo < 0 || hi < 0) && n > 0) {
+      x = backward ? replicate_any_grad(g, x, dim, lo, hi) : replicate_any(g, x, dim, lo, hi);
+      continue;
+    }
+    if (lo < 0 || hi < 0) return lx_unimplemented(cx, "negative reflection padding");
     if (reflect && (lo >= n || hi >= n)) return lx_unimplemented(cx, "padding >= input size");
     if (n == 0) return lx_unimplemented(cx, "padding an empty dim");
     x = backward ? edge_pad_grad(g, x, dim, lo, hi, reflect) : edge_pad(g, x, dim, lo, hi, reflect);
@@ -473,6 +556,11 @@ const tpuc_lowering tpuc_lowerings_shape[] = {
     {"aten::tril_indices.out", l_tril_indices},
     {"aten::triu_indices", l_triu_indices},
     {"aten::triu_indices.out", l_triu_indices},
+    {"aten::unfold_backward", l_unfold_backward},
+    {"aten::unfold_backward.out", l_unfold_backward},
+    {"aten::channel_shuffle", l_channel_shuffle},
+    {"aten::channel_shuffle.out", l_channel_shuffle},
+    {"aten::native_channel_shuffle", l_channel_shuffle},
     {"aten::diag_embed", l_diag_embed},
     {"aten::diag_embed.out", l_diag_embed},
     {"aten::constant_pad_nd", l_constant_pad},

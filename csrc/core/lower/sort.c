@@ -1,6 +1,6 @@
 /* sort.c — the sort family: sort (every overload), topk, kthvalue (argsort
  * and msort are composites of sort), and the scans that carry an order:
- * cummax/cummin (values and indices) and logcumsumexp.
+ * cummax/cummin (values and indices) and logcumsumexp; and mode.
  *
  * Order, as PyTorch's CPU: NaN is the greatest value (first when descending,
  * never among topk(largest=False) unless k needs it), -0.0 equals +0.0, and
@@ -225,6 +225,52 @@ static tpuc_status *so_logcumsumexp(tpuc_lower_ctx *cx) {
   return NULL;
 }
 
+/* ---- mode ---- */
+
+/* mode(self, dim=-1, keepdim=False) -> (values, indices): the most frequent
+ * value along dim (ties: the smallest) and the position of its last
+ * occurrence, which is what PyTorch's CPU gives for rows of up to 16
+ * elements (it sorts each row with std::sort, an insertion sort there, so
+ * stable). Longer rows are declined: there the CPU's index among equal
+ * elements is whatever its introsort leaves last, which only the CPU
+ * reproduces. Counted over all pairs of a row, [B, n, n] compares that XLA
+ * fuses. */
+static tpuc_status *so_mode(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type vt = lx_out(cx, 0), it = lx_out(cx, 1);
+  tv x = lx_tensor(cx, 0);
+  ir_type t = ir_type_of(g, x);
+  if (ir_is_complex(t.dtype) || ir_numel(&t) == 0) return lx_unimplemented(cx, "mode: complex or empty");
+  if (t.ndim == 0) {
+    cx->results[0] = lo_fit(g, x, vt);
+    cx->results[1] = ir_splat(g, it, 0.0);
+    return NULL;
+  }
+  int dim = (int)lx_dim(lx_int(cx, 1, -1), t.ndim);
+  int64_t perm[TPUC_MAX_DIMS], b = 1, n = t.dims[dim];
+  if (n > 16) return lx_unimplemented(cx, "mode: rows over 16 (the CPU's index among equal elements is its sort's)");
+  int k = 0;
+  for (int i = 0; i < t.ndim; i++)
+    if (i != dim) perm[k++] = i, b *= t.dims[i];
+  perm[k] = dim;
+  if (t.dtype == TPUC_PRED) x = ir_convert(g, x, TPUC_S32);
+  int64_t bn[2] = {b, n}, bnn[3] = {b, n, n}, d01[2] = {0, 1}, d02[2] = {0, 2}, one = 1, zero = 0;
+  tv x2 = ir_reshape(g, ir_transpose(g, x, perm), 2, bn);
+  tpuc_dtype d = lo_dtype(g, x2);
+  ir_type t3 = ir_make_type(d, 3, bnn), t2 = ir_make_type(d, 2, bn), i2 = ir_make_type(TPUC_S64, 2, bn);
+  tv eq = ir_compare(g, IR_EQ, ir_broadcast_in_dim(g, x2, t3, d01), ir_broadcast_in_dim(g, x2, t3, d02));
+  int64_t two = 2;
+  tv cnt = lo_sum(g, ir_convert(g, eq, TPUC_S64), &two, 1, false); /* [B, n] */
+  tv maxc = ir_broadcast_in_dim(g, lo_reduce(g, cnt, IR_RED_MAX, &one, 1, false), i2, &zero);
+  tv big = ir_broadcast_in_dim(g, lo_init(g, d, IR_RED_MIN), t2, NULL);
+  tv val = lo_reduce(g, ir_select(g, ir_compare(g, IR_EQ, cnt, maxc), x2, big), IR_RED_MIN, &one, 1, false);
+  tv at = ir_compare(g, IR_EQ, x2, ir_broadcast_in_dim(g, val, t2, &zero));
+  tv pos = ir_select(g, at, ir_iota(g, i2, 1), ir_splat_i64(g, i2, -1));
+  cx->results[0] = lo_fit(g, val, vt);
+  cx->results[1] = lo_fit(g, lo_reduce(g, pos, IR_RED_MAX, &one, 1, false), it);
+  return NULL;
+}
+
 /* ---- the table ---- */
 
 #define E(name, fn) {"aten::" name, fn}
@@ -236,6 +282,7 @@ const tpuc_lowering tpuc_lowerings_sort[] = {
     E("kthvalue", so_kthvalue), E("kthvalue.values", so_kthvalue),
     E("cummax", so_cummax), E("cummax.out", so_cummax),
     E("cummin", so_cummin), E("cummin.out", so_cummin),
+    E("mode", so_mode), E("mode.values", so_mode),
     E("logcumsumexp", so_logcumsumexp), E("logcumsumexp.out", so_logcumsumexp),
     {NULL, NULL},
 };

@@ -1,5 +1,5 @@
-/* upsample.c — nearest, nearest-exact and (bi/tri)linear upsampling over
- * 1, 2 or 3 spatial dims, and their backward. Separable: each spatial dim
+/* upsample.c — nearest, nearest-exact, (bi/tri)linear and bicubic
+ * upsampling over 1, 2 or 3 spatial dims (bicubic: 2), and their backward. Separable: each spatial dim
  * is resampled on its own with source indices (and linear weights) that
  * are computed in the graph exactly as PyTorch's CPU kernels do, in f32
  * (f64 for f64 data): the optional `float?` scales are runtime scalars, so
@@ -7,7 +7,7 @@
  * gather per dim; backward a scatter-add per dim. */
 #include "lower_ops.h"
 
-typedef enum { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR } up_mode;
+typedef enum { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR, UP_CUBIC } up_mode;
 
 
 
@@ -16,16 +16,49 @@ typedef enum { UP_NEAREST, UP_NEAREST_EXACT, UP_LINEAR } up_mode;
  * scale: the op's `float?` scale for this dim (f64 rank 0) or IR_NONE. */
 typedef struct {
   tv i0, i1, l0, l1;
+  tv ci[4], cw[4]; /* bicubic: the 4 taps' indices and weights */
 } up_axis;
+
+/* PyTorch's cubic convolution weights (A = -0.75) of the 4 taps around a
+ * source position with fraction t, and their indices floor - 1 .. floor + 2
+ * clamped to the input (upsample_get_value_bounded). */
+static void up_cubic(ir_graph *g, up_axis *a, tv real, tv last, tpuc_dtype ct) {
+  ir_type vt = ir_type_of(g, real), it = ir_with_dtype(vt, TPUC_S64);
+  tv fl = ir_unary(g, IR_FLOOR, real), t = ir_binary(g, IR_SUB, real, fl);
+  tv base = ir_convert(g, fl, TPUC_S64);
+  const double A = -0.75;
+#define C(v) ir_splat(g, vt, (v))
+#define MUL(x, y) ir_binary(g, IR_MUL, x, y)
+#define ADD(x, y) ir_binary(g, IR_ADD, x, y)
+#define SUB(x, y) ir_binary(g, IR_SUB, x, y)
+  /* conv1(x) = ((A + 2) x - (A + 3)) x x + 1;  conv2(x) = ((A x - 5A) x + 8A) x - 4A */
+#define CONV1(x) ADD(MUL(MUL(SUB(MUL(C(A + 2), x), C(A + 3)), x), x), C(1.0))
+#define CONV2(x) SUB(MUL(ADD(MUL(SUB(MUL(C(A), x), C(5 * A)), x), C(8 * A)), x), C(4 * A))
+  tv x2 = SUB(C(1.0), t);
+  a->cw[0] = CONV2(ADD(t, C(1.0)));
+  a->cw[1] = CONV1(t);
+  a->cw[2] = CONV1(x2);
+  a->cw[3] = CONV2(ADD(x2, C(1.0)));
+#undef CONV1
+#undef CONV2
+#undef C
+#undef MUL
+#undef ADD
+#undef SUB
+  (void)ct;
+  for (int k = 0; k < 4; k++)
+    a->ci[k] = ir_clamp(g, ir_splat_i64(g, it, 0), ir_binary(g, IR_ADD, base, ir_splat_i64(g, it, k - 1)), last);
+}
 
 static up_axis up_source(ir_graph *g, up_mode mode, bool align_corners, int64_t in, int64_t out,
                          tv scale, tpuc_dtype ct) {
-  up_axis a = {IR_NONE, IR_NONE, IR_NONE, IR_NONE};
+  up_axis a;
+  a.i0 = a.i1 = a.l0 = a.l1 = IR_NONE;
   int64_t od = out;
   ir_type vt = ir_make_type(ct, 1, &od);
   /* the ratio, as area_pixel_compute_scale in ct */
   tv ratio;
-  if (mode == UP_LINEAR && align_corners) {
+  if ((mode == UP_LINEAR || mode == UP_CUBIC) && align_corners) {
     double r = 0.0;
     if (out > 1) r = ct == TPUC_F64 ? (double)(in - 1) / (double)(out - 1)
                                     : (double)((float)(in - 1) / (float)(out - 1));
@@ -43,7 +76,7 @@ static up_axis up_source(ir_graph *g, up_mode mode, bool align_corners, int64_t 
   tv i = ir_convert(g, ir_iota(g, ir_make_type(TPUC_S64, 1, &od), 0), ct);
   ir_type it = ir_make_type(TPUC_S64, 1, &od);
   tv last = ir_splat_i64(g, it, in - 1);
-  if (mode != UP_LINEAR) {
+  if (mode == UP_NEAREST || mode == UP_NEAREST_EXACT) {
     if (mode == UP_NEAREST_EXACT) i = ir_binary(g, IR_ADD, i, ir_splat(g, vt, 0.5));
     tv src = ir_convert(g, ir_unary(g, IR_FLOOR, ir_binary(g, IR_MUL, i, ratio)), TPUC_S64);
     a.i0 = ir_binary(g, IR_MIN, src, last);
@@ -56,7 +89,11 @@ static up_axis up_source(ir_graph *g, up_mode mode, bool align_corners, int64_t 
     real = ir_binary(g, IR_SUB,
                      ir_binary(g, IR_MUL, ratio, ir_binary(g, IR_ADD, i, ir_splat(g, vt, 0.5))),
                      ir_splat(g, vt, 0.5));
-    real = ir_binary(g, IR_MAX, real, ir_splat(g, vt, 0.0));
+    if (mode != UP_CUBIC) real = ir_binary(g, IR_MAX, real, ir_splat(g, vt, 0.0)); /* cubic: no clamp */
+  }
+  if (mode == UP_CUBIC) {
+    up_cubic(g, &a, real, last, ct);
+    return a;
   }
   a.i0 = ir_binary(g, IR_MIN, ir_convert(g, ir_unary(g, IR_FLOOR, real), TPUC_S64), last);
   tv step = ir_convert(g, ir_compare(g, IR_LT, a.i0, last), TPUC_S64);
@@ -83,10 +120,13 @@ static tpuc_status *lower_upsample(tpuc_lower_ctx *cx, up_mode mode, int nsp, bo
   tv x = lx_tensor(cx, 0);
   ir_type xt = ir_type_of(g, x);
   if (xt.ndim != nsp + 2 || ot.ndim != nsp + 2) return lx_unimplemented(cx, "upsample rank");
-  if (mode == UP_LINEAR && !ir_is_float(xt.dtype)) return lx_unimplemented(cx, "linear upsample of integers");
+  bool interp = mode == UP_LINEAR || mode == UP_CUBIC;
+  if (interp && !ir_is_float(xt.dtype)) return lx_unimplemented(cx, "linear upsample of integers");
+  if (mode == UP_CUBIC && xt.dtype != TPUC_F32 && xt.dtype != TPUC_F64) /* the CPU sums its 16 taps in them */
+    return lx_unimplemented(cx, "bicubic upsample of float16/bfloat16");
   int a = backward ? 3 : 2;
   bool ac = false;
-  if (mode == UP_LINEAR) ac = lx_bool(cx, a++, false);
+  if (interp) ac = lx_bool(cx, a++, false);
   /* in: the op's input sizes; out: its output sizes */
   const int64_t *in = backward ? ot.dims : xt.dims, *out = backward ? xt.dims : ot.dims;
   tpuc_dtype ct = xt.dtype == TPUC_F64 ? TPUC_F64 : TPUC_F32;
@@ -101,7 +141,21 @@ static tpuc_status *lower_upsample(tpuc_lower_ctx *cx, up_mode mode, int nsp, bo
     int64_t i_n = in[dim], o_n = out[dim];
     up_axis ax = up_source(g, mode, ac, i_n, o_n, lx_scalar(cx, a + s, TPUC_F64), ct);
     ir_type vt = ir_type_of(g, v);
-    if (!backward) {
+    if (mode == UP_CUBIC && !backward) {
+      vt.dims[dim] = o_n;
+      tv acc = IR_NONE;
+      for (int k = 0; k < 4; k++) {
+        tv term = ir_binary(g, IR_MUL, lo_take_dim(g, v, dim, ax.ci[k]), up_along(g, ir_convert(g, ax.cw[k], dd), dim, vt));
+        acc = acc == IR_NONE ? term : ir_binary(g, IR_ADD, acc, term);
+      }
+      v = acc;
+    } else if (mode == UP_CUBIC) {
+      ir_type rt = vt;
+      rt.dims[dim] = i_n;
+      tv upd[4];
+      for (int k = 0; k < 4; k++) upd[k] = ir_binary(g, IR_MUL, v, up_along(g, ir_convert(g, ax.cw[k], dd), dim, vt));
+      v = lo_put_dim(g, ir_splat(g, rt, 0.0), dim, ir_concat(g, ax.ci, 4, 0), ir_concat(g, upd, 4, dim), IR_RED_SUM);
+    } else if (!backward) {
       if (mode != UP_LINEAR) {
         v = lo_take_dim(g, v, dim, ax.i0);
       } else {
@@ -143,6 +197,7 @@ UP_FNS(nearest_exact3d, UP_NEAREST_EXACT, 3)
 UP_FNS(linear1d, UP_LINEAR, 1)
 UP_FNS(bilinear2d, UP_LINEAR, 2)
 UP_FNS(trilinear3d, UP_LINEAR, 3)
+UP_FNS(bicubic2d, UP_CUBIC, 2)
 
 #define UP_ENTRIES(op, fn)                                                   \
   {"aten::" op, l_##fn}, {"aten::" op ".out", l_##fn},                       \
@@ -159,5 +214,6 @@ const tpuc_lowering tpuc_lowerings_upsample[] = {
     UP_ENTRIES("upsample_linear1d", linear1d),
     UP_ENTRIES("upsample_bilinear2d", bilinear2d),
     UP_ENTRIES("upsample_trilinear3d", trilinear3d),
+    UP_ENTRIES("upsample_bicubic2d", bicubic2d),
     {NULL, NULL},
 };
