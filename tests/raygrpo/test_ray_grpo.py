@@ -7,6 +7,7 @@
   warm-up losses, the rollouts' rewards (functions of the sampled tokens: equal) and the loss
   and KL per step within float32 rounding of each other (both run the same float32 programs
   on the same inputs: bound below);
+- two workers (FSDP2) give the same history as the recipe under torchrun --nproc_per_node=2;
 - after the run, the engine actor's greedy completions equal a float64 transformers greedy
   decode with the trainer's last synced weights, and differ from the decode with the warm
   weights the engine started from: the syncs are what changed the engine's outputs.
@@ -86,12 +87,22 @@ def cluster() -> Iterator[str]:
         assert not left, f"processes left after shutdown (killed now): {left}"
 
 
-def _start_reference(out: Path, log: Path) -> subprocess.Popen:
-    """The recipe without Ray: one process, the vLLM engine process beside it."""
+def _start_reference(out: Path, log: Path, workers: int = 1) -> subprocess.Popen:
+    """The recipe without Ray: one process (or ``torchrun`` with ``workers`` on 127.0.0.1),
+    the vLLM engine process beside it."""
+    import socket
+
     cmd = [sys.executable, "-m", "tpuc.post_training.recipe", "--out", str(out)]
+    if workers > 1:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd[1:3] = ["-m", "torch.distributed.run", f"--nproc_per_node={workers}",
+                    "--master_addr=127.0.0.1", f"--master_port={port}",
+                    "-m", "tpuc.post_training.recipe"]
     for k, v in CFG.items():
         cmd += ["--" + k.replace("_", "-"), str(v)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1")
     with open(log, "wb") as fh:
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -178,8 +189,27 @@ def test_grpo_on_ray_matches_recipe_and_syncs_engine(cluster: str, tmp_path: Pat
               "steps")
     finally:
         _wait(ref_proc, ref_log, RUN_TIMEOUT)
-    ref = json.loads(ref_out.read_text())
-    assert res["world_size"] == 1 and len(res["history"]) == CFG["steps"]
+    _check_same_run(res, json.loads(ref_out.read_text()), 1)
+
+
+def test_two_workers_match_torchrun(cluster: str, tmp_path: Path) -> None:
+    """2 Ray Train workers (FSDP2 through TorchTitan's parallelize function, one engine actor
+    serving both through rank 0) against the same recipe under torchrun --nproc_per_node=2."""
+    from tpuc.integrations.ray.grpo import run_on_ray
+
+    ref_out, ref_log = tmp_path / "ref.json", tmp_path / "ref.log"
+    ref_proc = _start_reference(ref_out, ref_log, workers=2)
+    try:
+        res = run_on_ray(GRPOConfig(**CFG), num_workers=2, work_dir=str(Path(cluster) / "grpo2"),
+                         timeout_s=RUN_TIMEOUT)
+    finally:
+        _wait(ref_proc, ref_log, RUN_TIMEOUT)
+    _check_same_run(res, json.loads(ref_out.read_text()), 2)
+
+
+def _check_same_run(res: dict[str, Any], ref: dict[str, Any], world_size: int) -> None:
+    assert res["world_size"] == ref["world_size"] == world_size
+    assert len(res["history"]) == CFG["steps"]
     assert res["sft_losses"] == ref["sft_losses"]  # the same warm weights
     for h, r in zip(res["history"], ref["history"]):
         for k in ("reward", "task_reward", "forbidden_rate", "sync_bytes", "sync_tensors"):
