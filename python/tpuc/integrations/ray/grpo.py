@@ -189,7 +189,9 @@ def run_on_ray(cfg: Any, *, num_workers: int = 1, work_dir: str | None = None,
     the run's storage). ``save_weights``: a path; the last weights rank 0 synced to the engine
     (Hugging Face names, CPU tensors, ``torch.save``) are copied there.
     ``keep_engine``: the engine actor is returned in ``result["engine_actor"]`` still running
-    (the caller ``close``s and kills it); otherwise it is stopped before returning."""
+    (the caller ends it with :func:`stop_engine`); otherwise it is stopped before returning.
+    ``work_dir`` (the engine's Hugging Face directory and log, the run's Ray storage): default
+    a fresh temporary directory, removed once the engine is stopped here."""
     import ray
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -201,6 +203,7 @@ def run_on_ray(cfg: Any, *, num_workers: int = 1, work_dir: str | None = None,
                          " is not supported here (use tpuc.post_training.recipe)")
     from tpuc.post_training.vllm_engine import default_serve_python
 
+    own_dir = work_dir is None  # made here: removed when the engine is stopped here
     work_dir = work_dir or tempfile.mkdtemp(prefix="tpuc-ray-grpo-")
     # resolved here: the actor's working directory is Ray's, not the driver's
     serve_python = serve_python or default_serve_python()
@@ -248,7 +251,11 @@ def run_on_ray(cfg: Any, *, num_workers: int = 1, work_dir: str | None = None,
         return res
     finally:
         if not (ok and keep_engine):
-            stop_engine(actor)
+            try:
+                stop_engine(actor)
+            finally:
+                if own_dir:
+                    shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def stop_engine(actor: Any, timeout: float = 120.0) -> None:
