@@ -23,6 +23,7 @@
 # make test-ray     Ray Train on "tpu" on a local Ray cluster (tests/raytrain)
 # make serve-ray-setup  Ray Serve 2.60.0 into .venv-serve, vLLM and torch kept (docs/ray.md)
 # make test-ray-serve   vLLM on "tpu" as a Ray Serve deployment of 2 replicas (tests/rayserve)
+# make test-ray-grpo    the GRPO recipe on Ray: a Ray Train worker, the vLLM engine in a Ray actor (tests/raygrpo)
 # make gpu-check    on a machine with an NVIDIA GPU: build tpuc, then tools/gpu_check -> $OUT/report.md
 # make gpu-check-dry  the same script on the CPU (XLA CPU plugin vs torch CPU, tiny sizes)
 # make test-torch TORCH=2.14.1     tpuc built and tested against another torch, in .venv-torch-2.14.1
@@ -40,7 +41,7 @@ CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -n
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 .PHONY: gpu-check gpu-check-dry
 .PHONY: torch-setup test-torch test-torch-ci
-.PHONY: ray-setup test-ray bench-ray serve-ray-setup test-ray-serve
+.PHONY: ray-setup test-ray bench-ray serve-ray-setup test-ray-serve test-ray-grpo
 
 # A setup that .ci/run may be running in the background takes a lock (flock) around its sub-make;
 # a dry run (`make -n`, as tests/test_docs_commands.py runs each documented target) takes none,
@@ -126,7 +127,7 @@ test-titan-long: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan
 # module fixtures, per-file compile counts). PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
 test-py: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-jax
-	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training --ignore=tests/rec --ignore=tests/sgl --ignore=tests/raytrain --ignore=tests/rayserve
+	$(PY) -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile tests --ignore=tests/post_training --ignore=tests/rec --ignore=tests/sgl --ignore=tests/raytrain --ignore=tests/rayserve --ignore=tests/raygrpo
 
 # The model tests alone (every family, every path, diffusers); `make test` runs them too.
 models: $(STAMP) $(VENV)/.deps-hf
@@ -170,6 +171,11 @@ ray-setup: $(VENV)/.deps-ray
 
 test-ray: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-ray
 	$(PY) -m pytest -q --durations=10 tests/raytrain
+
+# The GRPO recipe on Ray: a Ray Train worker on "tpu" and the vLLM engine (.venv-serve) in a Ray
+# actor, against the recipe without Ray (tests/raygrpo; docs/ray.md)
+test-ray-grpo: $(STAMP) $(VENV)/.deps-test $(VENV)/.deps-titan $(VENV)/.deps-hf $(VENV)/.deps-ray serve-setup
+	$(PY) -m pytest -q --durations=10 tests/raygrpo
 
 # Ray Train against torchrun, the same DDP training on "tpu" at 1 and 2 workers
 # (bench/cases/ray_train.py; writes bench/results/ray_train.json, shown in docs/ray.md)

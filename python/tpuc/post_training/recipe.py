@@ -354,8 +354,16 @@ def _sync_device(device: str) -> None:
         torch.tpu.synchronize()
 
 
-def run(cfg: GRPOConfig, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Warm-up, then ``cfg.steps`` GRPO steps; returns the history and the evaluations."""
+EngineFactory = Callable[[GRPOConfig, int, dict[str, torch.Tensor]], RolloutEngine]
+
+
+def run(cfg: GRPOConfig, log: Callable[[str], None] | None = None,
+        engine_factory: EngineFactory | None = None) -> dict[str, Any]:
+    """Warm-up, then ``cfg.steps`` GRPO steps; returns the history and the evaluations.
+
+    ``engine_factory(cfg, vocab, warm_state)``: where the rollout engine comes from (default
+    :func:`make_engine`); ``tpuc.integrations.ray.grpo`` passes one that attaches to an engine
+    hosted by a Ray actor."""
     rank, world_size = world()
     task = SortTask(length=cfg.length, n_letters=cfg.n_letters, unsafe_rate=cfg.unsafe_rate)
     vocab = task.tokenizer.vocab_size
@@ -366,7 +374,7 @@ def run(cfg: GRPOConfig, log: Callable[[str], None] | None = None) -> dict[str, 
         policy = parallelize(policy, world_size)
     reference = build_policy(cfg, vocab, dev, state=warm).eval().requires_grad_(False)
     opt = build_optimizer(policy, cfg.lr)
-    engine = make_engine(cfg, vocab, warm)
+    engine = (engine_factory or make_engine)(cfg, vocab, warm)
     reward_fn, sort, rule = rewards_for(cfg, task)
     history: list[StepRecord] = []
     before = evaluate(engine, cfg, task)

@@ -28,7 +28,9 @@ What it adapts (Ray 2.60.0, the version tested; docs/ray.md):
 
 Importing this package does not import Ray; ``TpuTorchConfig`` does (``make ray-setup``).
 Ray Serve (vLLM on "tpu" as a deployment with replicas, in the serving venv) is the module
-``tpuc.integrations.ray.serve`` (``make serve-ray-setup``), which imports Ray.
+``tpuc.integrations.ray.serve`` (``make serve-ray-setup``), which imports Ray. The GRPO
+recipe with Ray Train workers and the vLLM rollout engine in a Ray actor is
+``tpuc.integrations.ray.grpo`` (``python -m tpuc.integrations.ray.grpo --workers 2``).
 """
 from __future__ import annotations
 
