@@ -128,7 +128,11 @@ c10::IValue meta_ivalue(const c10::IValue& v, MetaState& ms) {
       out.push_back(t.has_value() ? std::optional<at::Tensor>(to_meta(*t, ms)) : std::nullopt);
     return out;
   }
-  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(c10::kMeta);
+  if (v.isDevice() && v.toDevice().is_privateuseone()) {
+    // a factory with no tensor argument (_efficientzerotensor): the device it names
+    if (ms.device < 0) ms.device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
+    return c10::Device(c10::kMeta);
+  }
   // A generator never changes an output's metadata, and PyTorch's Python meta kernels of
   // the random ops refuse one (torch._refs.exponential: "generator is not supported in
   // refs"), so x.exponential_(generator=g) failed before running: the Meta kernel gets None.
@@ -377,6 +381,8 @@ bool key_ivalue(KeyWriter& k, const c10::IValue& v, Kind kind, const OpInfo& inf
     key_val<int8_t>(k, 12);
     key_val<int16_t>(k, static_cast<int16_t>(v.toDevice().type()));
     key_val<int16_t>(k, v.toDevice().has_index() ? v.toDevice().index() : -1);
+    if (device < 0 && v.toDevice().is_privateuseone())  // as meta_ivalue
+      device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
   } else if (v.isGenerator()) {
     key_val<int8_t>(k, 13);  // which generator does not change shapes
   } else {

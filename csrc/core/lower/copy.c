@@ -164,6 +164,10 @@ const tpuc_lowering tpuc_lowerings_copy[] = {
     E("eye.m_out", cp_eye),
     E("full.out", cp_full),
     E("zeros.out", cp_zeros),
+    /* autograd's zero gradients (sgn's, for one): PyTorch makes a ZeroTensor,
+     * which has no storage; here a tensor of zeros, the same values */
+    E("_efficientzerotensor", cp_zeros),
+    E("_efficientzerotensor.out", cp_zeros),
     E("ones.out", cp_ones),
     {NULL, NULL},
 };
