@@ -1,12 +1,47 @@
-"""The clean-up both Ray test modules share (tests/raytrain, tests/rayserve): a local Ray
-cluster's processes are found by its temp directory, which every process of the cluster names
-on its command line or inherits in its environment (the tests export it as
-TPUC_RAY_TEST_SESSION), so only that cluster's processes are ever killed."""
+"""The local Ray cluster the Ray test modules share (tests/raytrain, tests/rayserve,
+tests/raygrpo) and its clean-up: a cluster's processes are found by its temp directory, which
+every process of the cluster names on its command line or inherits in its environment (the
+tests export it as TPUC_RAY_TEST_SESSION), so only that cluster's processes are ever killed."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
+from collections.abc import Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def local_cluster(prefix: str, env: dict[str, str] | None = None, num_cpus: int = 4,
+                  **init: Any) -> Iterator[str]:
+    """A one-node Ray cluster on 127.0.0.1 (no dashboard, no usage stats, OMP_NUM_THREADS=1,
+    and `env`), its temp dir under /tmp (short: Ray's socket paths must fit 107 bytes); yields
+    that dir. On the way out: ray.shutdown(), the cluster's processes reaped, the environment
+    put back; then it fails if a process had to be killed."""
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    want = {"RAY_USAGE_STATS_ENABLED": "0", "TPUC_RAY_TEST_SESSION": tmp,
+            "OMP_NUM_THREADS": "1", **(env or {})}
+    saved = {k: os.environ.get(k) for k in want}
+    os.environ.update(want)
+    left: list[int] = []
+    try:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                 _node_ip_address="127.0.0.1", _temp_dir=tmp, log_to_driver=False,
+                 configure_logging=False, **init)
+        yield tmp
+    finally:
+        try:
+            ray.shutdown()
+        finally:
+            left = reap(tmp)
+            restore_env(saved)
+            shutil.rmtree(tmp, ignore_errors=True)
+    assert not left, f"Ray processes left after shutdown (killed now): {left}"
 
 
 def session_procs(marker: str) -> list[int]:

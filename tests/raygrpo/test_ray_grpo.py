@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -66,25 +64,10 @@ N_GREEDY = 32
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    tmp = tempfile.mkdtemp(prefix="tpuc-rg-", dir="/tmp")
-    saved = {k: os.environ.get(k) for k in ("RAY_USAGE_STATS_ENABLED", "TPUC_RAY_TEST_SESSION",
-                                             "OMP_NUM_THREADS")}
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ["TPUC_RAY_TEST_SESSION"] = tmp  # every process of the cluster inherits it
-    os.environ["OMP_NUM_THREADS"] = "1"  # the reference run gets the same (warm-up on the CPU)
-    try:
-        ray.init(address="local", num_cpus=4, include_dashboard=False,
-                 _node_ip_address="127.0.0.1", _temp_dir=tmp, log_to_driver=False,
-                 configure_logging=False)
+    """A local Ray cluster (tests/ray_cluster.py); the engine process the actor starts inherits
+    its session marker, so it is reaped with the cluster too."""
+    with ray_cluster.local_cluster("tpuc-rg-") as tmp:
         yield tmp
-    finally:
-        try:
-            ray.shutdown()
-        finally:
-            left = ray_cluster.reap(tmp)
-            ray_cluster.restore_env(saved)
-            shutil.rmtree(tmp, ignore_errors=True)
-        assert not left, f"processes left after shutdown (killed now): {left}"
 
 
 def _start_reference(out: Path, log: Path, workers: int = 1) -> subprocess.Popen:

@@ -18,10 +18,8 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -93,36 +91,18 @@ def server(model_dir: str, single_engine: subprocess.Popen) -> Iterator[str]:
 
     from tpuc.integrations.ray.serve import build_app
 
-    tmp = tempfile.mkdtemp(prefix="tpuc-rs-", dir="/tmp")  # short: Ray's socket paths
-    saved = {k: os.environ.get(k) for k in ("RAY_USAGE_STATS_ENABLED", "TPUC_RAY_TEST_SESSION",
-                                             "OMP_NUM_THREADS", "TPUC_CACHE_DIR")}
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ["TPUC_RAY_TEST_SESSION"] = tmp  # every process of the cluster inherits it
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ["TPUC_CACHE_DIR"] = _env()["TPUC_CACHE_DIR"]
     port = free_port()
-    left: list[int] = []
-    try:
-        ray.init(address="local", num_cpus=3, include_dashboard=False,
-                 object_store_memory=256 << 20, _node_ip_address="127.0.0.1", _temp_dir=tmp,
-                 log_to_driver=False, configure_logging=False)
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        t0 = time.monotonic()
-        _run_bounded(lambda: serve.run(build_app(model_dir, 2, served_model_name=MODEL_NAME),
-                                       name=APP, route_prefix="/"), START_TIMEOUT)
-        print(f"serve.run with 2 replicas: {time.monotonic() - t0:.0f} s")
-        yield f"http://127.0.0.1:{port}"
-    finally:
+    with ray_cluster.local_cluster("tpuc-rs-", {"TPUC_CACHE_DIR": _env()["TPUC_CACHE_DIR"]},
+                                   num_cpus=3, object_store_memory=256 << 20):
         try:
-            try:
-                serve.shutdown()
-            finally:
-                ray.shutdown()
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            t0 = time.monotonic()
+            _run_bounded(lambda: serve.run(build_app(model_dir, 2, served_model_name=MODEL_NAME),
+                                           name=APP, route_prefix="/"), START_TIMEOUT)
+            print(f"serve.run with 2 replicas: {time.monotonic() - t0:.0f} s")
+            yield f"http://127.0.0.1:{port}"
         finally:
-            left = ray_cluster.reap(tmp)  # only this cluster's processes: they name its temp dir
-            ray_cluster.restore_env(saved)
-            shutil.rmtree(tmp, ignore_errors=True)
-    assert not left, f"Ray processes left after shutdown (killed now): {left}"
+            serve.shutdown()
 
 
 def _run_bounded(fn: Any, timeout: float) -> Any:

@@ -12,9 +12,7 @@ Needs Ray (make ray-setup); make test-ray runs it."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,29 +35,11 @@ FIT_TIMEOUT = 420.0  # seconds for one TorchTrainer.fit (a fresh worker group co
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """A one-node Ray cluster on 127.0.0.1 (no dashboard, no usage stats), its temp dir under
-    /tmp (short: Ray's socket paths must fit 107 bytes)."""
-    tmp = tempfile.mkdtemp(prefix="tpuc-ray-", dir="/tmp")
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_USAGE_STATS_ENABLED",
-                                             "TPUC_RAY_TEST_SESSION", "OMP_NUM_THREADS")}
+    """A local Ray cluster (tests/ray_cluster.py) whose workers import the tests' helpers."""
     path = [str(HERE), str(ROOT / "tests" / "distributed"), str(ROOT / "examples")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(path + [p for p in [saved["PYTHONPATH"]] if p])
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ["TPUC_RAY_TEST_SESSION"] = tmp  # every process of the cluster inherits it
-    os.environ["OMP_NUM_THREADS"] = "1"
-    try:
-        ray.init(address="local", num_cpus=4, include_dashboard=False,
-                 _node_ip_address="127.0.0.1", _temp_dir=tmp, log_to_driver=False,
-                 configure_logging=False)
+    pythonpath = os.pathsep.join(path + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    with ray_cluster.local_cluster("tpuc-ray-", {"PYTHONPATH": pythonpath}) as tmp:
         yield tmp
-    finally:
-        try:
-            ray.shutdown()
-        finally:
-            left = ray_cluster.reap(tmp)  # only this cluster's processes: they name its temp dir
-            ray_cluster.restore_env(saved)
-            shutil.rmtree(tmp, ignore_errors=True)
-        assert not left, f"Ray processes left after shutdown (killed now): {left}"
 
 
 def _fit(config: dict[str, Any], storage: Path, max_failures: int = 0) -> Any:
