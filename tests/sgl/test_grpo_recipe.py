@@ -4,8 +4,8 @@
 torch 2.13.0 + TorchTitan), and every step's weights are renamed by ``titan_to_hf`` and pushed
 through SGLang's ``update_weights_from_tensor``.
 
-Checked: the run finishes; every step's sync moved the whole model (tensor count and bytes of
-the policy's parameters); the rewards are rewards; and, when the recipe closes the engine, the
+Checked: the run finishes; every step's sync moved the whole model (the renamed tensors' count,
+the bytes of the policy's parameters); the rewards are rewards; and, when the recipe closes the engine, the
 engine's greedy answers to 32 held-out prompts equal the trainer's greedy answers with the last
 synced weights on "tpu" (the recipe's own ``generate``), the proof that the renamed weights all
 landed; the weights moved during the run (so that check compares trained weights, not the
@@ -31,6 +31,7 @@ from tpuc.post_training.engine import SamplingSpec  # noqa: E402
 from tpuc.post_training.local_engine import generate  # noqa: E402
 from tpuc.post_training.sglang_engine import default_sglang_python  # noqa: E402
 from tpuc.post_training.tasks import SortTask  # noqa: E402
+from tpuc.post_training.weights import titan_to_hf  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path(default_sglang_python()).exists(),
                                 reason=f"no SGLang venv ({default_sglang_python()}): make sglang-setup")
@@ -77,7 +78,7 @@ def test_recipe_with_sglang_engine(monkeypatch) -> None:
 
     def make_engine(cfg, vocab, state):  # type: ignore[no-untyped-def]
         made.append(_Recorder(real(cfg, vocab, state), prompts, spec))
-        made[-1].warm = {k: v.detach().to("cpu").clone() for k, v in state.items()}
+        made[-1].warm = state
         return made[-1]
 
     monkeypatch.setattr(recipe, "make_engine", make_engine)
@@ -92,16 +93,27 @@ def test_recipe_with_sglang_engine(monkeypatch) -> None:
     rec = made[0]
     policy = recipe.build_policy(cfg, task.tokenizer.vocab_size, "cpu")
     params = list(policy.parameters())
+    # what one sync sends: the policy renamed for SGLang (fused wqkv split into q/k/v)
+    mcfg = recipe.policy_config(task.tokenizer.vocab_size, cfg.dim, cfg.n_layers, cfg.n_heads)
+    hf = list(titan_to_hf(list(recipe.full_state(policy)), mcfg))
     h = res["history"]
     assert len(h) == CFG["steps"]
-    assert all(s["sync_tensors"] == len(params) for s in h), h
+    assert all(s["sync_tensors"] == len(hf) for s in h), (len(hf), h)
     assert all(s["sync_bytes"] == sum(t.numel() * t.element_size() for t in params) for s in h), h
     assert all(0.0 <= s["reward"] <= 1.0 for s in h)
     for ev in (res["before"], res["after"]):
         assert 0.0 <= ev["greedy_reward"] <= 1.0 and 0.0 <= ev["sampled_reward"] <= 1.0
-    moved = max(float((rec.last[k] - rec.warm[k]).abs().max()) for k in rec.warm)
+    # the policy as the trainer left it: the warm-up weights, then the last synced parameters
+    # (named as the trainer's parameters: fused wqkv; its state_dict names are split)
+    trained = recipe.build_policy(cfg, task.tokenizer.vocab_size, "tpu", state=rec.warm)
+    own = dict(trained.named_parameters())
+    assert set(own) == set(rec.last), (sorted(own), sorted(rec.last))
+    moved = 0.0
+    with torch.no_grad():
+        for k, v in rec.last.items():
+            moved = max(moved, float((own[k].cpu() - v).abs().max()))
+            own[k].copy_(v.to("tpu"))
     assert moved > 0, "the GRPO steps did not change the weights; the greedy check sees nothing new"
-    trained = recipe.build_policy(cfg, task.tokenizer.vocab_size, "tpu", state=rec.last)
     want = [g[0].token_ids for g in generate(trained, prompts, spec, "tpu")]
     print("engine greedy == trainer greedy on", sum(a == b for a, b in zip(rec.greedy, want)),
           "of", len(want), "prompts; largest weight change", moved)
