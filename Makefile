@@ -391,13 +391,17 @@ $(TVENV)/.deps-sglang: $(TVENV)/.deps-hf python/tpuc/integrations/sglang/require
 	touch $@
 
 test-sglang: $(TSTAMP) $(TVENV)/.deps-sglang
-	$(TPY) -m pytest -q --durations=10 tests/sgl --ignore=tests/sgl/test_grpo_engine.py
+	$(TPY) -m pytest -q --durations=10 tests/sgl --ignore=tests/sgl/test_grpo_engine.py --ignore=tests/sgl/test_grpo_recipe.py
 
-# GRPO steps with SGLang as the rollout engine (docs/post_training.md), ~3 min: not in `make test`
-test-sglang-grpo: $(TSTAMP) $(TVENV)/.deps-sglang
+# GRPO steps with SGLang as the rollout engine (docs/post_training.md), not in `make test`: the
+# transformers trainer in the 2.14.1 venv (~3 min), then the TorchTitan recipe with --engine
+# sglang, its trainer in .venv (torch 2.13.0 + TorchTitan), the engine in the 2.14.1 venv
+test-sglang-grpo: $(TSTAMP) $(TVENV)/.deps-sglang $(STAMP) $(VENV)/.deps-titan
 	$(TPY) -m pytest -q --durations=10 tests/sgl/test_grpo_engine.py
+	$(PY) -m pytest -q --durations=10 tests/sgl/test_grpo_recipe.py
 
-# SGLang on "tpu" vs SGLang's CPU backend, tokens/s at concurrency 1/8/32 (bench/results/sglang_serving.json)
+# SGLang vs vLLM on "tpu" (vLLM from .venv-serve when present): tokens/s, requests/s, TTFT at
+# concurrency 1/8/32 (bench/results/sglang_serving.json, rendered into docs/sglang.md)
 bench-sglang: $(TSTAMP) $(TVENV)/.deps-sglang
 	$(TPY) -m bench.cases.sglang_serving
 
@@ -413,4 +417,4 @@ v214-setup:
 
 test-v214: v214-setup
 	$(MAKE) --no-print-directory TORCH=2.14.1 test-torch-ci
-	$(V214_VENV)/bin/python -m pytest -q --durations=10 tests/rec tests/sgl --ignore=tests/sgl/test_grpo_engine.py
+	$(V214_VENV)/bin/python -m pytest -q --durations=10 tests/rec tests/sgl --ignore=tests/sgl/test_grpo_engine.py --ignore=tests/sgl/test_grpo_recipe.py

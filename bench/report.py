@@ -7,7 +7,8 @@ import os
 
 # Results of cases run by their own make targets in other venvs, reported on their own pages:
 # not performance.md's sections, and never the page's machine (another torch, maybe another CPU).
-OWN_PAGES = {"sglang_serving": "docs/sglang.md", "ray_train": "docs/ray.md"}
+# (bench/own_pages.py renders the blocks of those pages that carry its markers.)
+OWN_PAGES = {"sglang_serving": "docs/sglang.md", "ray_train": "docs/ray.md", "dlrm": "docs/torchrec.md"}
 
 
 def _load(root: str) -> dict[str, dict]:
@@ -513,6 +514,9 @@ def write(root: str, machine: dict, quick: bool) -> str:
     path = os.path.join(docs, "performance.md")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
+    from . import own_pages
+
+    own_pages.render(root)
     return path
 
 
