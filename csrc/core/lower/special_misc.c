@@ -90,12 +90,20 @@ static tv erfcx_pos(ir_graph *g, tv x) {
   return SEL(CMP(IR_LT, x, K(3)), direct, cf);
 }
 
-static tv erfcx64(ir_graph *g, tv x) {
+/* erfcx in float64; `f32`: the input was float32, where the CPU's kernel
+ * computes 2 exp(x*x) below 0 with x*x rounded to float32 (off the true value
+ * by up to x^2/2 float32 ulp; OpInfo compares against that), so that square is
+ * rounded the same way here */
+static tv erfcx_at(ir_graph *g, tv x, bool f32) {
   tv pos = erfcx_pos(g, U(IR_ABS, x));
-  tv neg = SUB(MUL(K(2), exp_sq(g, x)), pos);
+  tv e2 = exp_sq(g, x);
+  if (f32) e2 = U(IR_EXP, ir_convert(g, ir_convert(g, MUL(x, x), TPUC_F32), TPUC_F64));
+  tv neg = SUB(MUL(K(2), e2), pos);
   neg = SEL(CMP(IR_LT, x, K(-26.7)), K(INFINITY), neg);
   return SEL(CMP(IR_GE, x, K(0)), pos, neg); /* NaN: the negative branch, NaN */
 }
+static tv erfcx64(ir_graph *g, tv x) { return erfcx_at(g, x, false); }
+static tv erfcx32(ir_graph *g, tv x) { return erfcx_at(g, x, true); }
 
 /* log Phi(x), PyTorch's formula: log(erfcx(-t)/2) - t^2 below x = -1, else
  * log1p(-erfc(t)/2), t = x/sqrt2. Two repairs of XLA's float64 elementary
@@ -112,6 +120,18 @@ static tv log_ndtr64(ir_graph *g, tv x) {
   tv u = MUL(erfc, K(-0.5));
   tv hi = log1p_acc(g, u);
   return SEL(CMP(IR_LT, x, K(-1)), lo, hi);
+}
+
+/* log_ndtr for float32 input (x float64 holding a float32): the CPU's
+ * float32 steps below -1 — t = x/sqrt2, log(erfcx(-t)/2) - t*t, each rounded
+ * to float32 — around an erfcx rounded once; its gradient, exp(-(result +
+ * x^2/2)), cancels, so the rounding of those steps shows there */
+static tv log_ndtr32(ir_graph *g, tv x) {
+  tv x32 = ir_convert(g, x, TPUC_F32);
+  tv t = MUL(x32, ew_splat(g, x32, SQRT1_2));
+  tv e = ir_convert(g, erfcx64(g, ir_convert(g, U(IR_NEG, t), TPUC_F64)), TPUC_F32);
+  tv lo = SUB(U(IR_LOG, MUL(e, ew_splat(g, x32, 0.5))), MUL(t, t));
+  return SEL(CMP(IR_LT, x, K(-1)), ir_convert(g, lo, TPUC_F64), log_ndtr64(g, x));
 }
 
 static tv ndtri64(ir_graph *g, tv p) {
@@ -137,7 +157,7 @@ static tv ndtri64(ir_graph *g, tv p) {
 }
 
 /* computes in float64 and returns in the input's float dtype */
-static tpuc_status *unary64(tpuc_lower_ctx *cx, tv (*fn)(ir_graph *, tv)) {
+static tpuc_status *unary64(tpuc_lower_ctx *cx, tv (*fn)(ir_graph *, tv), tv (*fn32)(ir_graph *, tv)) {
   tpuc_dtype d = ew_arg_dtype(cx, 0);
   if (d == TPUC_F16 || d == TPUC_BF16 || ir_is_complex(d))
     return lx_unimplemented(cx, "input dtype (the CPU has float32 and float64 kernels)");
@@ -146,12 +166,12 @@ static tpuc_status *unary64(tpuc_lower_ctx *cx, tv (*fn)(ir_graph *, tv)) {
   if (c != TPUC_F32 && c != TPUC_F64) return lx_unimplemented(cx, "input dtype");
   ir_graph *g = cx->g;
   tv x = ew_operand(cx, 0, ew_out_as(cx, c));
-  tv r = fn(g, ir_convert(g, x, TPUC_F64));
+  tv r = (c == TPUC_F32 && fn32 ? fn32 : fn)(g, ir_convert(g, x, TPUC_F64));
   return ew_finish(cx, ir_convert(g, r, c));
 }
-static tpuc_status *sp_erfcx(tpuc_lower_ctx *cx) { return unary64(cx, erfcx64); }
-static tpuc_status *sp_log_ndtr(tpuc_lower_ctx *cx) { return unary64(cx, log_ndtr64); }
-static tpuc_status *sp_ndtri(tpuc_lower_ctx *cx) { return unary64(cx, ndtri64); }
+static tpuc_status *sp_erfcx(tpuc_lower_ctx *cx) { return unary64(cx, erfcx64, erfcx32); }
+static tpuc_status *sp_log_ndtr(tpuc_lower_ctx *cx) { return unary64(cx, log_ndtr64, log_ndtr32); }
+static tpuc_status *sp_ndtri(tpuc_lower_ctx *cx) { return unary64(cx, ndtri64, NULL); }
 
 /* ---- zeta(x, q): Hurwitz zeta ---- */
 
