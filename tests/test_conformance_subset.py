@@ -34,8 +34,10 @@ FFT_LINALG_OPS = [
     "linalg.cholesky", "linalg.cholesky_ex", "cholesky", "cholesky_solve", "cholesky_inverse",
     "linalg.solve_triangular", "triangular_solve", "linalg.lu_factor", "linalg.qr",
 ]
-# Special functions, 3-D pooling, the tail (lower/special.c, nn_pool_nd.c, vector.c).
-SPECIAL_POOL_OPS = ["i0", "nn.functional.adaptive_avg_pool3d", "linalg.cross"]
+# Special functions, 3-D pooling, the tail (lower/special.c, special_poly.c, special_misc.c,
+# nn_pool_nd.c, vector.c).
+SPECIAL_POOL_OPS = ["i0", "special.chebyshev_polynomial_t", "special.zeta",
+                    "nn.functional.adaptive_avg_pool3d", "linalg.cross"]
 # The tail (issue 34): trace (lower/reduce.c), max_unpool (nn_pool_nd.c), torch.equal (a host bool).
 TAIL_OPS = ["trace", "nn.functional.max_unpool2d", "equal"]
 OPS = TRANSFORMER_OPS + FFT_LINALG_OPS + SPECIAL_POOL_OPS + TAIL_OPS

@@ -162,7 +162,7 @@ static const char *binary_name(int op) {
       [IR_XOR] = "stablehlo.xor", [IR_SHL] = "stablehlo.shift_left",
       [IR_SHR_ARITH] = "stablehlo.shift_right_arithmetic",
       [IR_SHR_LOGICAL] = "stablehlo.shift_right_logical", [IR_COMPLEX] = "stablehlo.complex",
-      [IR_POLYGAMMA] = "chlo.polygamma"};
+      [IR_POLYGAMMA] = "chlo.polygamma", [IR_ZETA] = "chlo.zeta"};
   return op >= 0 && op < IR_BINARY_COUNT && names[op] ? names[op] : "stablehlo.unknown";
 }
 

@@ -95,6 +95,7 @@ typedef enum {
   IR_ADD, IR_SUB, IR_MUL, IR_DIV, IR_REM, IR_POW, IR_MAX, IR_MIN, IR_ATAN2, IR_AND, IR_OR,
   IR_XOR, IR_SHL, IR_SHR_ARITH, IR_SHR_LOGICAL, IR_COMPLEX,
   IR_POLYGAMMA, /* chlo.polygamma(n, x), n a float of x's type */
+  IR_ZETA,      /* chlo.zeta(s, q): Hurwitz zeta, sum_k (q + k)^-s */
   IR_BINARY_COUNT
 } ir_binary_op;
 

@@ -25,6 +25,9 @@ EMPTY_FAMILY(tpuc_lowerings_count);
 EMPTY_FAMILY(tpuc_lowerings_assert);
 EMPTY_FAMILY(tpuc_lowerings_fft);
 EMPTY_FAMILY(tpuc_lowerings_special);
+EMPTY_FAMILY(tpuc_lowerings_special_poly);
+EMPTY_FAMILY(tpuc_lowerings_special_misc);
+EMPTY_FAMILY(tpuc_lowerings_special_bessel);
 EMPTY_FAMILY(tpuc_lowerings_vector);
 EMPTY_FAMILY(tpuc_lowerings_nn_margin);
 EMPTY_FAMILY(tpuc_lowerings_linalg_lu);
@@ -40,7 +43,8 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_nn_extra,    tpuc_lowerings_nn_pool_nd, tpuc_lowerings_upsample,
     tpuc_lowerings_grouped_mm,
     tpuc_lowerings_count,       tpuc_lowerings_assert, tpuc_lowerings_fft,
-    tpuc_lowerings_special,     tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
+    tpuc_lowerings_special,     tpuc_lowerings_special_poly, tpuc_lowerings_special_misc,
+    tpuc_lowerings_special_bessel,    tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
     tpuc_lowerings_linalg_lu,   tpuc_lowerings_linalg_qr,   tpuc_lowerings_linalg_eig,
     tpuc_lowerings_distance,    tpuc_lowerings_segment,
 };

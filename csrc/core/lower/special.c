@@ -114,6 +114,11 @@ static tpuc_status *polygamma_at(tpuc_lower_ctx *cx, int n_arg, int self_arg) {
     tv inf = SEL(ew_signbit(g, x), K(INFINITY), K(-INFINITY));
     return ew_finish(cx, SEL(CMP(IR_EQ, x, K(0)), inf, U(IR_DIGAMMA, x)));
   }
+  /* float32 computes in float64 and rounds once: near the poles the shifted
+   * sum below cancels, and in float32 it was 2e-5 off the CPU (digamma's
+   * float32 gradient, trigamma) */
+  tpuc_dtype xd = ir_type_of(g, x).dtype;
+  if (xd != TPUC_F64) x = ir_convert(g, x, TPUC_F64);
   /* XLA's polygamma is Hurwitz zeta, defined for x > 0 only (NaN below);
    * PyTorch's sums from x itself, so it is defined for every x but the poles.
    * The recurrence psi_n(x) = psi_n(x + M) + (-1)^(n+1) n! sum_{j<M} (x+j)^-(n+1)
@@ -126,7 +131,8 @@ static tpuc_status *polygamma_at(tpuc_lower_ctx *cx, int n_arg, int self_arg) {
   for (int j = 0; j < M; j++) sum = ADD(sum, ir_binary(g, IR_POW, ADD(x, K(j)), e));
   tv shifted = ir_binary(g, IR_POLYGAMMA, K((double)n), ADD(x, K(M)));
   tv r = ADD(shifted, MUL(K(n % 2 ? fact : -fact), sum));
-  return ew_finish(cx, SEL(CMP(IR_LT, x, K(M)), r, ir_binary(g, IR_POLYGAMMA, K((double)n), x)));
+  r = SEL(CMP(IR_LT, x, K(M)), r, ir_binary(g, IR_POLYGAMMA, K((double)n), x));
+  return ew_finish(cx, ir_convert(g, r, xd));
 }
 static tpuc_status *sp_polygamma(tpuc_lower_ctx *cx) { return polygamma_at(cx, 0, 1); }
 static tpuc_status *sp_polygamma_(tpuc_lower_ctx *cx) { return polygamma_at(cx, 1, 0); }
