@@ -41,11 +41,6 @@ _SPARSE = ("sparse layouts (COO/CSR) have no tpu kernels: moving the sparse samp
            "the op is NotImplemented for the SparseTPU / SparseCsrTPU dispatch keys; by design for now")
 
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("digamma", "float32"): (
-        "grad only: digamma's gradient is trigamma, polygamma(1, x), which tpu computes in float64 "
-        "rounded once (lower/special.c); the CPU's float32 trigamma is the one off near the negative "
-        "poles: on 200k uniform points in [-9, 9] its largest relative error vs float64 is 4.0e-2 "
-        "(at -7.99999), tpu's 6.0e-8; the sample differs by 2.0e-5 relative at 3 of 20 elements"),
     **_each("byte", ("float32", "bfloat16", "float16", "float64"), _BYTE),
     **_each("div.trunc_rounding", ("bfloat16", "float16"), _TRUNC),
     **_each("fft.ihfft2", ("float32", "float64", "int32", "int64", "bool"), _IHFFT_OUT),
