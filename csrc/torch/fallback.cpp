@@ -9,15 +9,18 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
+#include <ATen/ops/empty.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 
 namespace tpuc_torch {
@@ -35,6 +38,21 @@ void bn_legit_out_meta(torch::jit::Stack& s) {
   s.emplace_back(std::get<0>(r));
   s.emplace_back(std::get<1>(r));
   s.emplace_back(std::get<2>(r));
+}
+
+// OpInfo::cpp_meta of geqrf and geqrf.a, which PyTorch 2.13 gives no Meta
+// kernel: a [..., M, N] (the factorisation, in the input's shape) and tau
+// [..., min(M, N)] (the out arguments follow them).
+void geqrf_meta(torch::jit::Stack& s) {
+  const at::Tensor& a = s[0].toTensor();
+  TORCH_CHECK(a.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  std::vector<int64_t> tau(a.sizes().begin(), a.sizes().end() - 2);
+  tau.push_back(std::min(a.size(-2), a.size(-1)));
+  at::Tensor r = at::empty(a.sizes(), a.options());
+  at::Tensor t = at::empty(tau, a.options());
+  s.clear();
+  s.emplace_back(r);
+  s.emplace_back(t);
 }
 
 struct Registry {
@@ -115,6 +133,7 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
     info->like_arg_meta = 1;
   info->cpp_meta = cpp_meta_for(info->name);
   if (info->name == "aten::_native_batch_norm_legit.out") info->cpp_meta = &bn_legit_out_meta;
+  if (info->name == "aten::geqrf" || info->name == "aten::geqrf.a") info->cpp_meta = &geqrf_meta;
   using BnEval = OpInfo::BnEval;
   for (const char* n : {"aten::native_batch_norm", "aten::native_batch_norm.out",
                         "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.out"})

@@ -151,9 +151,61 @@ static tpuc_status *ct_isin(tpuc_lower_ctx *cx) {
   return NULL;
 }
 
+/* nonzero_static(self, *, size, fill_value=-1) -> s64 [size, ndim]: the
+ * coordinates of the first `size` non-zero elements in row-major order, rows
+ * past the count filled with fill_value. Keys iota (non-zero) and iota + n
+ * (zero) sorted ascending put the non-zero flat indices first, in order. */
+static tpuc_status *ct_nonzero_static(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = lx_tensor(cx, 0);
+  ir_type xt = ir_type_of(g, x);
+  int64_t size = ot.dims[0], nd = xt.ndim, n = ir_numel(&xt);
+  double fill = (double)lx_int(cx, 2, -1);
+  if (ir_is_complex(xt.dtype)) return lx_unimplemented(cx, "complex input");
+  if (size == 0 || nd == 0 || n == 0) {
+    if (nd == 0 && n == 1 && size > 0) { /* a 0-d input: [size, 0], nothing to fill */
+      cx->results[0] = ir_splat(g, ot, fill);
+      return NULL;
+    }
+    cx->results[0] = ir_splat(g, ot, fill);
+    return NULL;
+  }
+  tv flat = ir_reshape(g, x, 1, &n);
+  tv nz = xt.dtype == TPUC_PRED ? flat : ir_compare(g, IR_NE, flat, ew_splat(g, flat, 0.0));
+  ir_type it = ir_make_type(TPUC_S64, 1, &n);
+  tv iota = ir_iota(g, it, 0);
+  tv keys = ir_select(g, nz, iota, ir_binary(g, IR_ADD, iota, ir_splat(g, it, (double)n)));
+  tv sorted, perm;
+  ir_sort(g, keys, 0, false, &sorted, &perm);
+  if (size > n) {
+    int64_t extra = size - n;
+    tv parts[2] = {sorted, ir_splat(g, ir_make_type(TPUC_S64, 1, &extra), (double)(2 * n))};
+    sorted = ir_concat(g, parts, 2, 0);
+  } else if (size < n) {
+    int64_t lo = 0, hi = size, st = 1;
+    sorted = ir_slice(g, sorted, &lo, &hi, &st);
+  }
+  ir_type ct = ir_make_type(TPUC_S64, 1, &size);
+  tv valid = ir_compare(g, IR_LT, sorted, ir_splat(g, ct, (double)n));
+  tv cols[TPUC_MAX_DIMS];
+  int64_t stride = 1, one[2] = {size, 1};
+  for (int64_t d = nd - 1; d >= 0; d--) {
+    tv c = ir_binary(g, IR_DIV, sorted, ir_splat(g, ct, (double)stride));
+    c = ir_binary(g, IR_REM, c, ir_splat(g, ct, (double)xt.dims[d]));
+    c = ir_select(g, valid, c, ir_splat(g, ct, fill));
+    cols[d] = ir_reshape(g, c, 2, one);
+    stride *= xt.dims[d];
+  }
+  cx->results[0] = lo_out(g, ir_concat(g, cols, (int)nd, 1), ot);
+  return NULL;
+}
+
 #define E(name, fn) {"aten::" name, fn, 0}
 
 const tpuc_lowering tpuc_lowerings_count[] = {
+    E("nonzero_static", ct_nonzero_static),
+    E("nonzero_static.out", ct_nonzero_static),
     E("histc", ct_histc),
     E("histc.out", ct_histc),
     E("isin.Tensor_Tensor", ct_isin),

@@ -24,8 +24,9 @@
  * (the same protection), and dlarfg's rescaling of a beta below the smallest
  * normal number is not done (such a column is then less accurate).
  *
- * geqrf itself is not registered: PyTorch 2.13 has no Meta kernel for it, so
- * the engine cannot size its outputs and falls back before any lowering.
+ * geqrf itself has no Meta kernel in PyTorch 2.13: the glue supplies one
+ * (csrc/torch/fallback.cpp), so its outputs can be sized. ormqr applies the
+ * reflectors through the explicit Q (one product).
  *
  * Backward: PyTorch's linalg_qr_backward is matmuls, triangular solves and
  * triangle masks, householder_product_backward products and reflector
@@ -245,11 +246,64 @@ static tpuc_status *l_linalg_qr(tpuc_lower_ctx *cx) {
   return NULL;
 }
 
+/* geqrf(A) -> (the factorisation [..., M, N]: R on and above the diagonal,
+ * the reflectors below it; tau [..., min(M, N)]), LAPACK's. PyTorch 2.13 has
+ * no Meta kernel for it: the glue supplies one (csrc/torch/fallback.cpp). */
+static tpuc_status *l_geqrf(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  tv a = lx_tensor(cx, 0);
+  ir_type in = ir_type_of(g, a);
+  tpuc_status *st = check_input(cx, in);
+  if (st) return st;
+  if (cx->noutputs < 2) return lx_unimplemented(cx, "geqrf: two outputs expected");
+  if (empty_batch(cx, in) || ir_numel(&in) == 0) {
+    for (int i = 0; i < 2; i++) cx->results[i] = ir_splat(g, lx_out(cx, i), 0.0);
+    return NULL;
+  }
+  tv tau;
+  tv f = lo_geqrf(g, a, &tau);
+  cx->results[0] = lo_out(g, f, lx_out(cx, 0));
+  cx->results[1] = lo_out(g, tau, lx_out(cx, 1));
+  return NULL;
+}
+
+/* ormqr(A [..., mn, k], tau [..., t], C, left=True, transpose=False): Q C,
+ * Q^T C, C Q or C Q^T with Q = H_0 ... H_{t-1} [..., mn, mn] built from A's
+ * reflectors (as householder_product, all mn columns), then one product. */
+static tpuc_status *l_ormqr(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv v = lx_tensor(cx, 0), tau = lx_tensor(cx, 1), c = lx_tensor(cx, 2);
+  ir_type vt = ir_type_of(g, v), tt = ir_type_of(g, tau), cty = ir_type_of(g, c);
+  bool left = lx_bool(cx, 3, true), trans = lx_bool(cx, 4, false);
+  if (!qr_dtype(ot.dtype)) return lx_unimplemented(cx, "ormqr: real f32/f64 only");
+  if (vt.ndim < 2 || cty.ndim != vt.ndim || tt.dims[tt.ndim - 1] > QR_MAX_STEPS)
+    return lx_unimplemented(cx, "ormqr: more reflectors than the unrolled limit, or batch shapes");
+  for (int d = 0; d < vt.ndim - 2; d++)
+    if (vt.dims[d] != cty.dims[d]) return lx_unimplemented(cx, "ormqr: broadcast batch");
+  if (ir_numel(&ot) == 0 || ir_numel(&vt) == 0) {
+    cx->results[0] = ir_numel(&ot) == 0 ? ir_splat(g, ot, 0.0) : lo_out(g, c, ot);
+    return NULL;
+  }
+  int64_t mn = vt.dims[vt.ndim - 2];
+  v = ir_convert(g, v, ot.dtype);
+  tv q = lo_householder_q(g, v, ir_convert(g, tau, ot.dtype), tt.dims[tt.ndim - 1], mn);
+  c = ir_convert(g, c, ot.dtype);
+  int nb = vt.ndim - 2;
+  tv r = left ? lo_matmul(g, q, c, nb, trans, false) : lo_matmul(g, c, q, nb, false, trans);
+  cx->results[0] = lo_out(g, r, ot);
+  return NULL;
+}
+
 extern const tpuc_lowering tpuc_lowerings_linalg_qr[];
 const tpuc_lowering tpuc_lowerings_linalg_qr[] = {
     {"aten::linalg_householder_product", l_householder_product},
     {"aten::linalg_householder_product.out", l_householder_product},
     {"aten::linalg_qr", l_linalg_qr},
     {"aten::linalg_qr.out", l_linalg_qr},
+    {"aten::geqrf", l_geqrf},
+    {"aten::geqrf.a", l_geqrf},
+    {"aten::ormqr", l_ormqr},
+    {"aten::ormqr.out", l_ormqr},
     {NULL, NULL},
 };
