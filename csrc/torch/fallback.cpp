@@ -359,6 +359,32 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return ok ? kFlash : kMath;
 }
 
+// Batch norm in eval mode: PyTorch's CPU (and CUDA) kernels return save_mean
+// and save_invstd as empty tensors [0], and leave out= ones as they are; the
+// Meta kernels give them [C]. (The lowering passes out= ones through.)
+void eval_batch_norm_stats(const c10::FunctionSchema& schema, const OpInfo& info,
+                           const torch::jit::Stack& stack, size_t begin, torch::jit::Stack& meta) {
+  using BnEval = OpInfo::BnEval;
+  if (info.bn_eval == BnEval::None) return;
+  bool eval = info.bn_eval == BnEval::Always;
+  if (info.bn_eval == BnEval::WhenNotTraining) eval = !stack[begin + info.bn_eval_arg].toBool();
+  if (info.bn_eval == BnEval::WhenRunningStats) {  // running stats given
+    const c10::IValue& v = stack[begin + info.bn_eval_arg];
+    eval = v.isTensor() && v.toTensor().defined();
+  }
+  if (!eval || meta.size() < 3 || schema.returns().size() < 3) return;
+  for (size_t i = 1; i < 3; ++i) {
+    if (!meta[i].isTensor()) continue;
+    int j = info.ret_alias_arg[i];  // made once from the schema (fallback.cpp)
+    if (j >= 0 && stack[begin + j].isTensor()) {
+      const at::Tensor& t = stack[begin + j].toTensor();
+      meta[i] = at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type()));
+    } else {
+      meta[i] = at::Tensor(at::detail::empty_meta({0}, meta[i].toTensor().options()));
+    }
+  }
+}
+
 }  // namespace tpuc_torch
 
 // at::scaled_dot_product_attention asks the device's dispatch stub (not the

@@ -128,8 +128,7 @@ c10::IValue meta_ivalue(const c10::IValue& v, MetaState& ms) {
       out.push_back(t.has_value() ? std::optional<at::Tensor>(to_meta(*t, ms)) : std::nullopt);
     return out;
   }
-  if (v.isDevice() && v.toDevice().is_privateuseone()) {
-    // a factory with no tensor argument (_efficientzerotensor): the device it names
+  if (v.isDevice() && v.toDevice().is_privateuseone()) {  // a factory's (_efficientzerotensor)
     if (ms.device < 0) ms.device = v.toDevice().has_index() ? v.toDevice().index() : current_device();
     return c10::Device(c10::kMeta);
   }
@@ -611,32 +610,6 @@ void add_output(const at::Tensor& t, NativeCall& call) {
   call.outputs.push_back(d);
 }
 
-// Batch norm in eval mode: PyTorch's CPU (and CUDA) kernels return save_mean
-// and save_invstd as empty tensors [0], and leave out= ones as they are; the
-// Meta kernels give them [C]. (The lowering passes out= ones through.)
-void eval_batch_norm_stats(const c10::FunctionSchema& schema, const OpInfo& info,
-                           const torch::jit::Stack& stack, size_t begin, torch::jit::Stack& meta) {
-  using BnEval = OpInfo::BnEval;
-  if (info.bn_eval == BnEval::None) return;
-  bool eval = info.bn_eval == BnEval::Always;
-  if (info.bn_eval == BnEval::WhenNotTraining) eval = !stack[begin + info.bn_eval_arg].toBool();
-  if (info.bn_eval == BnEval::WhenRunningStats) {  // running stats given
-    const c10::IValue& v = stack[begin + info.bn_eval_arg];
-    eval = v.isTensor() && v.toTensor().defined();
-  }
-  if (!eval || meta.size() < 3 || schema.returns().size() < 3) return;
-  for (size_t i = 1; i < 3; ++i) {
-    if (!meta[i].isTensor()) continue;
-    int j = info.ret_alias_arg[i];  // made once from the schema (fallback.cpp)
-    if (j >= 0 && stack[begin + j].isTensor()) {
-      const at::Tensor& t = stack[begin + j].toTensor();
-      meta[i] = at::Tensor(at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type()));
-    } else {
-      meta[i] = at::Tensor(at::detail::empty_meta({0}, meta[i].toTensor().options()));
-    }
-  }
-}
-
 }  // namespace
 
 bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
@@ -723,17 +696,15 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
         for (const c10::IValue& t : v.toListRef()) add_output(t.toTensor(), call);
     }
 
-    // A random op's draws: as many as its largest output or tensor argument
-    // (multinomial without replacement draws a key per category of its input,
-    // more than the samples it returns); the generator's offset advances by that.
+    // 3. The arguments, in schema order (+ the default generator for random
+    //    ops without a Generator argument, like native_dropout). A random op
+    //    draws for its largest output or tensor argument before the generator
+    //    (multinomial: a key per category, more than the samples it returns).
     for (size_t i = 0; i < nargs; ++i) {
       const c10::IValue& v = (*stack)[begin + i];
       if (v.isTensor() && v.toTensor().defined()) draws = std::max(draws, v.toTensor().numel());
+      call.args.push_back(translate(v, info.kinds[i], call, draws));
     }
-    // 3. The arguments, in schema order (+ the default generator for random
-    //    ops without a Generator argument, like native_dropout).
-    for (size_t i = 0; i < nargs; ++i)
-      call.args.push_back(translate((*stack)[begin + i], info.kinds[i], call, draws));
     if (info.appends_rng) call.args.push_back(translate(c10::IValue(), Kind::Generator, call, draws));
 
     // 4. Launch.

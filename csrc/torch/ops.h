@@ -78,6 +78,10 @@ struct OpInfo {
 
 // native.cpp: the C++ structured meta of `name` ("aten::add.Tensor"), or null.
 void (*cpp_meta_for(const std::string& name))(torch::jit::Stack&);
+// Batch norm in eval mode: the Meta results of save_mean/save_invstd made
+// what PyTorch's CPU kernels return (fallback.cpp; used by native.cpp).
+void eval_batch_norm_stats(const c10::FunctionSchema& schema, const OpInfo& info,
+                           const torch::jit::Stack& stack, size_t begin, torch::jit::Stack& meta);
 
 // The tpu generator an op with a `Generator?` argument draws from (None: the
 // device's default one), or an undefined generator for another device's.
