@@ -129,7 +129,8 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
   }
   info->own_grouped_mm_meta = info->name == "aten::_grouped_mm";
   if (info->name == "aten::multi_margin_loss_backward" ||
-      info->name == "aten::multilabel_margin_loss_backward")
+      info->name == "aten::multilabel_margin_loss_backward" ||
+      info->name == "aten::fractional_max_pool3d_backward")
     info->like_arg_meta = 1;
   info->cpp_meta = cpp_meta_for(info->name);
   if (info->name == "aten::_native_batch_norm_legit.out") info->cpp_meta = &bn_legit_out_meta;

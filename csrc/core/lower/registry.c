@@ -35,6 +35,7 @@ EMPTY_FAMILY(tpuc_lowerings_linalg_qr);
 EMPTY_FAMILY(tpuc_lowerings_linalg_eig);
 EMPTY_FAMILY(tpuc_lowerings_distance);
 EMPTY_FAMILY(tpuc_lowerings_segment);
+EMPTY_FAMILY(tpuc_lowerings_nn_pool_frac);
 
 static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
@@ -46,7 +47,7 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_special,     tpuc_lowerings_special_poly, tpuc_lowerings_special_misc,
     tpuc_lowerings_special_bessel,    tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
     tpuc_lowerings_linalg_lu,   tpuc_lowerings_linalg_qr,   tpuc_lowerings_linalg_eig,
-    tpuc_lowerings_distance,    tpuc_lowerings_segment,
+    tpuc_lowerings_distance,    tpuc_lowerings_segment,     tpuc_lowerings_nn_pool_frac,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
