@@ -1,9 +1,9 @@
-"""geqrf, ormqr (lower/linalg_qr.c; geqrf's Meta kernel from the glue, csrc/torch/fallback.cpp)
-and nonzero_static (lower/count.c) on "tpu" against the CPU, with no fallback.
+"""geqrf, ormqr (lower/linalg_qr.c; geqrf's Meta kernel from the glue, csrc/torch/fallback.cpp),
+nonzero_static and hash_tensor (lower/count.c) on "tpu" against the CPU, with no fallback.
 
 Bounds: geqrf and ormqr are compared in float64 against LAPACK's float64 results, within
 64 * n * eps64 * max|A| (Householder QR's backward error is O(n eps |A|); n <= 8 here, and the
-two sides round differently); nonzero_static is exact."""
+two sides round differently); nonzero_static and hash_tensor are exact."""
 from __future__ import annotations
 
 import pytest
@@ -62,3 +62,17 @@ def test_nonzero_static_pads_and_truncates() -> None:
     assert torch.equal(torch.nonzero_static(b.to(DEV), size=40).cpu(), torch.nonzero_static(b, size=40))
     i = torch.tensor([0, 3, 0, 0, 5], dtype=torch.int32)
     assert torch.equal(torch.nonzero_static(i.to(DEV), size=3).cpu(), torch.nonzero_static(i, size=3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32,
+                                   torch.int64, torch.bool])
+def test_hash_tensor_equals_the_cpu(dtype: torch.dtype) -> None:
+    """mode 0: the xor of the elements' bits as float64 (floats) or int64 (the rest)."""
+    x = (torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(3)) * 50).to(dtype)
+    for kw in ({}, {"dim": 1}, {"dim": (0, 2), "keepdim": True}):
+        ref = torch.hash_tensor(x, **kw)
+        got = torch.hash_tensor(x.to(DEV), **kw).cpu()
+        assert got.dtype == torch.uint64 and torch.equal(got, ref), (kw, got, ref)
+    s = x[0, 0, 0]  # 0-d: dim 0 names the tensor itself
+    assert torch.equal(torch.hash_tensor(s.to(DEV), dim=0, keepdim=True).cpu(),
+                       torch.hash_tensor(s, dim=0, keepdim=True))

@@ -174,6 +174,7 @@ static const char *reducer_name(int r) {
     case IR_RED_MIN: return "stablehlo.minimum";
     case IR_RED_AND: return "stablehlo.and";
     case IR_RED_OR: return "stablehlo.or";
+    case IR_RED_XOR: return "stablehlo.xor";
     default: return NULL;
   }
 }

@@ -126,7 +126,7 @@ tv ir_dynamic_slice(ir_graph *g, tv x, const tv *starts, const int64_t *sizes);
 tv ir_dynamic_update_slice(ir_graph *g, tv x, tv update, const tv *starts);
 
 /* ---- reductions ---- */
-typedef enum { IR_RED_SUM, IR_RED_PROD, IR_RED_MAX, IR_RED_MIN, IR_RED_AND, IR_RED_OR } ir_reducer;
+typedef enum { IR_RED_SUM, IR_RED_PROD, IR_RED_MAX, IR_RED_MIN, IR_RED_AND, IR_RED_OR, IR_RED_XOR } ir_reducer;
 
 /* Reduces `dims` of x with `init` (rank 0, x's dtype); the dims disappear. */
 tv ir_reduce(ir_graph *g, tv x, tv init, ir_reducer r, const int64_t *dims, int ndims);

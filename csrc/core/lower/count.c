@@ -201,10 +201,38 @@ static tpuc_status *ct_nonzero_static(tpuc_lower_ctx *cx) {
   return NULL;
 }
 
+/* hash_tensor(self, dim=[], *, keepdim=False, mode=0) -> u64: mode 0 xors
+ * the elements' bit patterns as PyTorch's CPU kernel does, floats as float64
+ * and integers and bool as int64 (sign-extended). */
+static tpuc_status *ct_hash_tensor(tpuc_lower_ctx *cx) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = lx_tensor(cx, 0);
+  ir_type xt = ir_type_of(g, x);
+  if (lx_int(cx, 3, 0) != 0) return lx_unimplemented(cx, "hash_tensor: a mode other than 0");
+  if (ir_is_complex(xt.dtype)) return lx_unimplemented(cx, "hash_tensor: complex input");
+  tv w = ir_convert(g, x, ir_is_float(xt.dtype) ? TPUC_F64 : TPUC_S64);
+  tv bits = ir_bitcast(g, w, ir_with_dtype(ir_type_of(g, w), TPUC_U64));
+  const int64_t *dv = NULL;
+  int nd = lx_ints(cx, 1, &dv);
+  int64_t dims[TPUC_MAX_DIMS];
+  int n = 0;
+  if (nd <= 0 || xt.ndim == 0) { /* all dims (a 0-d input's dim 0 or -1 names itself) */
+    for (int d = 0; d < xt.ndim; d++) dims[n++] = d;
+  } else {
+    for (int i = 0; i < nd && n < TPUC_MAX_DIMS; i++) dims[n++] = lx_dim(dv[i], xt.ndim);
+  }
+  tv r = ir_reduce(g, bits, ir_splat(g, ir_scalar_type(TPUC_U64), 0.0), IR_RED_XOR, dims, n);
+  cx->results[0] = ir_reshape(g, r, ot.ndim, ot.dims);
+  return NULL;
+}
+
 #define E(name, fn) {"aten::" name, fn, 0}
 
 const tpuc_lowering tpuc_lowerings_count[] = {
     E("nonzero_static", ct_nonzero_static),
+    E("hash_tensor", ct_hash_tensor),
+    E("hash_tensor.out", ct_hash_tensor),
     E("nonzero_static.out", ct_nonzero_static),
     E("histc", ct_histc),
     E("histc.out", ct_histc),

@@ -24,6 +24,7 @@ static inline tv lo_init(ir_graph *g, tpuc_dtype d, ir_reducer r) {
   switch (r) {
     case IR_RED_SUM:
     case IR_RED_OR:
+    case IR_RED_XOR:
       return ir_splat(g, t, 0.0);
     case IR_RED_PROD:
     case IR_RED_AND:
