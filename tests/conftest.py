@@ -74,3 +74,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-
             return _unit(nodeid)
 
     return SharedLaunchesLongestFirst(config, log)
+
+
+@pytest.fixture
+def tpu_no_fallbacks():  # type: ignore[no-untyped-def]
+    """Skips without a "tpu" device (saying why); fails the test if an op it ran fell back to
+    the CPU (torch.tpu.stats()["fallbacks"] grew). Used by the native-lowering test files."""
+    import torch
+
+    if not torch.tpu.is_available():
+        pytest.skip(f'device "tpu" unavailable: {torch.tpu.unavailable_reason()}')
+    before = dict(torch.tpu.stats()["fallbacks"])
+    yield
+    assert dict(torch.tpu.stats()["fallbacks"]) == before

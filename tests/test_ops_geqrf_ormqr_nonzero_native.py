@@ -13,13 +13,7 @@ DEV = "tpu"
 EPS64 = torch.finfo(torch.float64).eps
 
 
-@pytest.fixture(autouse=True)
-def _no_fallbacks():
-    if not torch.tpu.is_available():
-        pytest.skip(f'device "tpu" unavailable: {torch.tpu.unavailable_reason()}')
-    before = dict(torch.tpu.stats()["fallbacks"])
-    yield
-    assert dict(torch.tpu.stats()["fallbacks"]) == before
+pytestmark = pytest.mark.usefixtures("tpu_no_fallbacks")  # tests/conftest.py
 
 
 def _close(got: torch.Tensor, ref: torch.Tensor, scale: float, n: int) -> None:

@@ -14,13 +14,7 @@ import torch
 DEV = "tpu"
 
 
-@pytest.fixture(autouse=True)
-def _no_fallbacks():
-    if not torch.tpu.is_available():
-        pytest.skip(f'device "tpu" unavailable: {torch.tpu.unavailable_reason()}')
-    before = dict(torch.tpu.stats()["fallbacks"])
-    yield
-    assert dict(torch.tpu.stats()["fallbacks"]) == before
+pytestmark = pytest.mark.usefixtures("tpu_no_fallbacks")  # tests/conftest.py
 
 
 def _within(counts: torch.Tensor, p: torch.Tensor, n: int) -> None:
