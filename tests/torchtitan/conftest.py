@@ -1,4 +1,6 @@
 """Shared pieces of the TorchTitan tests: skip (with the reason) when torchtitan is absent."""
+import shutil
+
 import pytest
 
 torchtitan = pytest.importorskip(
@@ -9,8 +11,12 @@ torchtitan = pytest.importorskip(
 @pytest.fixture(scope="session")
 def titan_session_root(tmp_path_factory):
     """One folder for the whole session: the seed checkpoints and CPU reference runs that
-    several tests (and test files) share live here (trainer_runs.shared_runs)."""
-    return tmp_path_factory.mktemp("titan-session")
+    several tests (and test files) share live here (trainer_runs.shared_runs). Removed at the
+    end of the session: its checkpoints come to ~1.2 GB, and a failing launch has already
+    printed its log's tail in the assertion."""
+    root = tmp_path_factory.mktemp("titan-session")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter):
