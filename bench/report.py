@@ -338,18 +338,21 @@ def write(root: str, machine: dict, quick: bool) -> str:
             L += [f"Error: `{r['error'][-300:]}`", ""]
         if r.get("rows"):
             L += ["| size | contender | first step, cold s | warm s | steady s | cold / steady | "
-                  "warm / steady | cold / CPU's first | programs | compile s (cold) | ops queued |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "warm / steady | cold / CPU's first | 10 steps, cold s | programs | "
+                  "compile s (cold) | ops queued | host ops |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for row in r["rows"]:
+                ten = _num(row.get("cold_ten_s"), ".2f")
                 if row.get("warm_first_s") is None:
                     L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
-                             f"| {row['steady_s']:.3f} | | | | | | |")
+                             f"| {row['steady_s']:.3f} | | | | {ten} | | | | |")
                     continue
                 L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
                          f"{row['warm_first_s']:.2f} | {row['steady_s']:.3f} | "
                          f"{row['cold_over_steady']:.1f}x | {row['warm_over_steady']:.1f}x | "
-                         f"{row['cold_over_cpu_first']:.1f}x | {row['programs']} | "
-                         f"{_num(row.get('cold_compile_s'), '.2f')} | {row['ops_queued']} |")
+                         f"{row['cold_over_cpu_first']:.1f}x | {ten} | {row['programs']} | "
+                         f"{_num(row.get('cold_compile_s'), '.2f')} | {row['ops_queued']} | "
+                         f"{row.get('host_first_ops', 0)} |")
             L.append("")
     if "memory" in res:
         r = res["memory"]

@@ -135,6 +135,7 @@ def main() -> int:
         "dynamo_compiles": stats.get("dynamo_compiles"),
         "chunk_hits": stats.get("chunk_hits"),
         "flushes": stats.get("flushes"),
+        "host_first_ops": stats.get("host_first_ops"),
     }))
     return 0
 

@@ -1,5 +1,7 @@
 """Time to the first training step of examples/llama.py at two sizes, in strict mode with
-and without the compile-ahead queue (TPUC_COMPILE_AHEAD=1, opt-in) and in fused mode, each with a cold
+and without the compile-ahead queue (TPUC_COMPILE_AHEAD=1, opt-in), with host-first
+(TPUC_HOST_FIRST=1, opt-in: ops whose programs compile run on the host meanwhile) and in
+fused mode, each with a cold
 compile cache (an empty directory) and a warm one (a second process on the same directory),
 against the same process's steady step and PyTorch CPU eager's first step. Each contender is
 a fresh process; contenders alternate (A B C A B C ...) and medians are reported."""
@@ -32,16 +34,16 @@ m = Llama(cfg).to(dev)
 opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
 g = torch.Generator().manual_seed(1)
 times = []
-for i in range(5):
+for i in range(10):
     x = torch.randint(0, 256, (batch, seq), generator=g).to(dev)
     t = time.perf_counter()
     _, loss = m(x, x); loss.backward(); opt.step(); opt.zero_grad(); loss.item()
     times.append(time.perf_counter() - t)
-out = {"first_s": times[0], "steady_s": sorted(times[2:])[1]}
+out = {"first_s": times[0], "steady_s": sorted(times[-3:])[1], "ten_s": sum(times)}
 if dev == "tpu":
     s = torch.tpu.stats()
     out.update(compiles=s["compiles"], disk_hits=s["disk_hits"], ahead_ops=s["ahead_ops"],
-               compile_s=s["compile_seconds"])
+               compile_s=s["compile_seconds"], host_first_ops=s["host_first_ops"])
 print(json.dumps(out))
 """
 
@@ -55,8 +57,9 @@ _O0 = "--xla_backend_optimization_level=0"
 CONTENDERS = [("strict, TPUC_COMPILE_AHEAD=1", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "1"}),
               ("strict", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "0"}),
               ("strict, XLA backend -O0", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "0", "XLA_FLAGS": _O0}),
+              ("strict, TPUC_HOST_FIRST=1", "tpu", "strict", {"TPUC_HOST_FIRST": "1"}),
               ("fused", "tpu", "fused", {})]
-QUICK_CONTENDERS = ("strict", "fused")  # CI only checks that the case runs
+QUICK_CONTENDERS = ("strict", "strict, TPUC_HOST_FIRST=1", "fused")  # CI: the case runs
 
 
 def _child(examples: str, dev: str, mode: str, size: tuple, env: dict) -> dict:
@@ -98,6 +101,8 @@ def run(quick: bool) -> dict:
                 cold, warm = med(lambda s: s["cold"]["first_s"]), med(lambda s: s["warm"]["first_s"])
                 rows.append({"size": size, "contender": name, "cold_first_s": cold,
                              "warm_first_s": warm, "steady_s": steady,
+                             "cold_ten_s": med(lambda s: s["cold"]["ten_s"]),
+                             "host_first_ops": ss[0]["cold"].get("host_first_ops", 0),
                              "cold_over_steady": cold / steady, "warm_over_steady": warm / steady,
                              "cold_over_cpu_first": cold / cpu_first,
                              "cold_compile_s": med(lambda s: s["cold"]["compile_s"]),
@@ -106,16 +111,21 @@ def run(quick: bool) -> dict:
                              "ops_queued": ss[0]["cold"]["ahead_ops"]})
             rows.append({"size": size, "contender": "PyTorch CPU eager", "cold_first_s": cpu_first,
                          "warm_first_s": None, "steady_s": statistics.median(
-                             s["cold"]["steady_s"] for s in samples["cpu"])})
+                             s["cold"]["steady_s"] for s in samples["cpu"]),
+                         "cold_ten_s": statistics.median(s["cold"]["ten_s"] for s in samples["cpu"])})
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         return {"title": "First step", "command": COMMAND, "rows": rows, "error": str(e)[-2000:]}
     return {
-        "title": "First step: cold and warm compile cache, compile-ahead on and off",
+        "title": "First step: cold and warm compile cache, compile-ahead and host-first",
         "command": COMMAND,
         "rows": rows,
         "notes": (f"examples/llama.py, sizes (dim, layers, batch, seq): "
                   f"{', '.join(f'{k} {SIZES[k]}' for k in sizes)}; AdamW; {reps} fresh process(es) "
                   "per contender, interleaved, medians. 'first' is the first step's wall time "
                   "(forward, backward, optimizer, loss.item()); 'steady' the median of steps "
-                  "3-5 of the same process. Targets (issue 30): cold <= 3x steady, warm <= 1.2x."),
+                  "8-10 of the same process; '10 steps' the cold process's first ten steps "
+                  "together (host-first moves compile time from the first step into the "
+                  "following ones: this column shows the whole bill); 'host ops' the ops that "
+                  "ran on the host while their programs compiled. Targets (issue 30): cold <= 3x "
+                  "steady, warm <= 1.2x."),
     }

@@ -173,6 +173,11 @@ bool fast_binary(const ArithOp& a, const at::Tensor& self, const at::Tensor& oth
   c.outputs = &out;
   c.noutputs = 1;
   tpuc_status* st = tpuc_op_run(runtime(), &c, launch_blocking());
+  if (st && tpuc_status_code(st) == TPUC_ERR_NOT_COMPILED) {
+    tpuc_status_destroy(st);
+    note_compiling();  // the boxed kernel runs it on the host (host-first), without asking again
+    return false;
+  }
   if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
     tpuc_status_destroy(st);
     return false;  // the boxed kernel asks again and runs it on the CPU, saying why

@@ -20,6 +20,8 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 #include <unordered_map>
 
@@ -214,14 +216,18 @@ int64_t max_numel(const torch::jit::Stack& stack, size_t begin, size_t end) {
   return n;
 }
 
+// host_first: the op has a lowering whose program is still compiling
+// (TPUC_HOST_FIRST=1): it runs here as on the CPU, but it is no fallback
+// (not counted, no warning, TPUC_FALLBACK=error allows it); the core counts
+// it in torch.tpu.stats()['host_first_ops'].
 void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
-                const std::string& why) {
-  FallbackPolicy policy = fallback_policy();
+                const std::string& why, bool host_first = false) {
+  FallbackPolicy policy = host_first ? FallbackPolicy::Silent : fallback_policy();
   TORCH_CHECK(policy != FallbackPolicy::Error, "tpuc: ", info.name,
               " cannot run on the device (", why, ") and TPUC_FALLBACK=error forbids running it "
               "on the CPU. Unset TPUC_FALLBACK to let it run on the CPU (counted in "
               "torch.tpu.stats()['fallbacks']).");
-  if (info.fallbacks.fetch_add(1) == 0 && policy == FallbackPolicy::Warn) {
+  if (!host_first && info.fallbacks.fetch_add(1) == 0 && policy == FallbackPolicy::Warn) {
     TORCH_WARN("tpuc: ", info.name, " runs on the CPU (", why,
                "): correct, but slow, data moves to the host and back. Counted in "
                "torch.tpu.stats()['fallbacks']; TPUC_FALLBACK=error makes this an error, "
@@ -229,7 +235,8 @@ void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   }
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack->size() - nargs;
-  FallbackScope observed(info.name, why);  // profiler range, doctor event
+  std::optional<FallbackScope> observed;  // profiler range, doctor event: fallbacks only
+  if (!host_first) observed.emplace(info.name, why);
 
   // A random op draws from a CPU generator standing in for the tpu
   // generator's (seed, offset), so torch.tpu.manual_seed governs it too.
@@ -301,20 +308,33 @@ void check_same_device(const OpInfo& info, const torch::jit::Stack& stack, size_
 
 }  // namespace
 
+thread_local bool t_compiling = false;
+
+void note_compiling() { t_compiling = true; }
+
+void run_host_first(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_on_cpu(op, info_for(op), stack, "its program is compiling", true);
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = info_for(op);
   if (info.mask_indices_arg >= 0 || info.output_size_arg >= 0)
     prepare_dynamic_args(info, op, stack);  // dynamic.cpp: x[mask] through nonzero
   check_same_device(info, *stack, op.schema().arguments().size());
   std::string why;
+  bool compiling = std::exchange(t_compiling, false);  // note_compiling: arith.cpp's fast path
+  if (compiling) {
+    run_on_cpu(op, info, stack, "its program is compiling", true);
+    return;
+  }
   if (!info.native) {
     why = info.cpu_only ? "it returns a non-tensor value or a view" : "the core has no lowering";
   } else if (!native_enabled()) {
     why = "TPUC_NATIVE=0";
-  } else if (run_native(op, info, stack, why)) {
+  } else if (run_native(op, info, stack, why, &compiling)) {
     return;
   }
-  run_on_cpu(op, info, stack, why);
+  run_on_cpu(op, info, stack, why, compiling);
 }
 
 at::Generator tpu_generator(const c10::IValue& v, c10::DeviceIndex device) {

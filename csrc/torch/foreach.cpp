@@ -19,6 +19,7 @@
 // 2.16 GiB), so over a model the one-program form cost more than the model.
 // Per chunk the ops are the same per-tensor ops, so the values are identical.
 #include "tpuc_torch.h"
+#include "ops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -34,6 +35,9 @@ constexpr int64_t kChunkBytes = int64_t{64} << 20;
 
 void run_recorded(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   tpuc_runtime* rt = runtime();
+  const size_t nargs = op.schema().arguments().size();
+  // The call itself, for host-first (below): IValues, so only references.
+  torch::jit::Stack call(stack->end() - static_cast<std::ptrdiff_t>(nargs), stack->end());
   check(tpuc_set_mode(rt, TPUC_MODE_GRAPH), "recording a foreach op");
   try {
     op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, *stack);
@@ -46,7 +50,17 @@ void run_recorded(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     throw;
   }
   check(tpuc_set_mode(rt, TPUC_MODE_STRICT), "recording a foreach op");
-  check(tpuc_flush(rt, -1), "running a foreach op");
+  tpuc_status* st = tpuc_flush_host_first(rt, -1);
+  if (st && tpuc_status_code(st) == TPUC_ERR_NOT_COMPILED) {
+    // TPUC_HOST_FIRST=1 and its program is compiling: nothing ran (the
+    // recording was dropped); the op runs on the host this time.
+    tpuc_status_destroy(st);
+    torch::jit::drop(*stack, op.schema().returns().size());
+    for (auto& v : call) stack->push_back(std::move(v));
+    run_host_first(op, stack);
+    return;
+  }
+  check(st, "running a foreach op");
 }
 
 // [begin, end) runs of the list of tensors `first` of at most kChunkBytes;

@@ -66,6 +66,7 @@ py::dict runtime_stats() {
   d["chunk_hits"] = os.chunk_hits;
   d["chunk_misses"] = os.chunk_misses;
   d["ahead_ops"] = os.ahead_ops;
+  d["host_first_ops"] = os.host_first_ops;
   d["compiles_ahead"] = rs.compiles_ahead;
   d["compile_joins"] = rs.compile_joins;
   d["disk_hits"] = rs.disk_hits;
@@ -162,6 +163,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_runtime_error", &runtime_error, py::call_guard<py::gil_scoped_release>(),
         "Why the device is unavailable ('' when it is available); creates the runtime.");
   m.def("_is_initialized", &runtime_started);
+  // The runtime lives until the process ends. A background compile
+  // (TPUC_HOST_FIRST, TPUC_COMPILE_AHEAD) still running while the C exit
+  // handlers destroy LLVM's statics crashes in LLVM: Python's atexit (which
+  // runs before them) stops those compiles first (tpuc/__init__.py).
+  m.def("_stop_background_compiles", [] {
+    if (runtime_started()) tpuc_stop_background_compiles(runtime_or_null());
+  },
+        py::call_guard<py::gil_scoped_release>());
   m.def("_device_count", &device_count, py::call_guard<py::gil_scoped_release>());
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int index) {

@@ -613,7 +613,7 @@ void add_output(const at::Tensor& t, NativeCall& call) {
 }  // namespace
 
 bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
-                std::string& why) {
+                std::string& why, bool* compiling) {
   const auto& schema = op.schema();
   const auto& args = schema.arguments();
   const auto& rets = schema.returns();
@@ -718,7 +718,9 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     c.outputs = call.outputs.data();
     c.noutputs = static_cast<int>(call.outputs.size());
     tpuc_status* st = tpuc_op_run(runtime(), &c, launch_blocking());
-    if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
+    if (st && (tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED ||
+               tpuc_status_code(st) == TPUC_ERR_NOT_COMPILED)) {
+      *compiling = tpuc_status_code(st) == TPUC_ERR_NOT_COMPILED;
       why = std::string("the lowering declined: ") + tpuc_status_message(st);
       tpuc_status_destroy(st);
       return false;
@@ -766,7 +768,8 @@ bool core_copy(const at::Tensor& dst, const at::Tensor& src) {
   c.outputs = &ts[0];
   c.noutputs = 1;
   tpuc_status* st = tpuc_op_run(runtime(), &c, launch_blocking());
-  if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
+  if (st && (tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED ||
+             tpuc_status_code(st) == TPUC_ERR_NOT_COMPILED)) {  // (host-first: via the host)
     tpuc_status_destroy(st);
     return false;
   }

@@ -98,15 +98,23 @@ void prepare_dynamic_args(const OpInfo& info, const c10::OperatorHandle& op,
 bool describe(const at::Tensor& t, tpuc_tensor* out);
 
 // Runs the op on the device; false (stack untouched, `why` set) when it must
-// go to the CPU.
+// go to the CPU. *compiling: the core answered TPUC_ERR_NOT_COMPILED
+// (TPUC_HOST_FIRST=1): the op runs on the host this time, not as a fallback.
 bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
-                std::string& why);
+                std::string& why, bool* compiling);
 
 // fallback.cpp: the operator's OpInfo (made on first use), and the boxed
 // kernel itself (native path, else the CPU), for the unboxed kernels of
 // arith.cpp to hand a call to when their fast path does not apply.
 OpInfo& info_for(const c10::OperatorHandle& op);
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The core has just answered this thread TPUC_ERR_NOT_COMPILED for an op
+// whose unboxed kernel now hands it to tpu_fallback: run it on the host at
+// once (host-first) instead of asking the core again.
+void note_compiling();
+// Runs the op on the host as a host-first op (its program is compiling): as
+// the CPU fallback does, but not counted as one (foreach.cpp's programs).
+void run_host_first(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // native.cpp, for arith.cpp: the Meta-result cache's entry for the call
 // (a, b[, alpha]) of a binary arithmetic op, keyed as the boxed path keys

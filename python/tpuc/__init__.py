@@ -10,6 +10,7 @@ Neither import ever fails because of tpuc: problems become a warning and
 """
 from __future__ import annotations
 
+import atexit
 import warnings
 
 __version__ = "0.1.0"
@@ -47,6 +48,8 @@ def _register() -> None:
     from . import _C
 
     _C._set_plugin(choice.path if choice else "", missing)
+    # before the C exit handlers destroy LLVM's statics under a compile still running
+    atexit.register(_C._stop_background_compiles)
 
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")

@@ -135,8 +135,9 @@ static bool whole_period_repeats(const pending *pd, int n, int p) {
 }
 
 /* ---- flushing ---- */
+/* host_first: tpuc_flush_host_first's flush (the chunk may be dropped, see there) */
 static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
-                                   tpuc_replay **capture) {
+                                   tpuc_replay **capture, bool host_first) {
   int n = pd->n;
   if (n == 0) return NULL;
   slot_set s;
@@ -189,28 +190,52 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
     goto done;
   }
   uint64_t h = key_hash(&k);
+  host_first = host_first && !wait && !checks && !capture;
+  int64_t bytes = 0; /* as for a strict op: a big chunk is better waited for */
+  for (int i = 0; host_first && i < s.n; i++) bytes += (int64_t)tpuc_storage_nbytes(s.storage[i]);
+  host_first = host_first && bytes <= rt->host_first_max_bytes;
   pthread_mutex_lock(&rt->fast_lock);
   fast_entry *e = cache_find(rt, h, &k);
   rt->flushes++;
   if (e) rt->chunk_hits++;
   else rt->chunk_misses++;
+  /* host-first: a chunk whose program is still in the compile pool */
+  bool coming = host_first && e && !e->exe && e->pending && host_first_poll(rt, e);
   pthread_mutex_unlock(&rt->fast_lock);
-  if (!e) {
+  if (!coming && (!e || !e->exe)) { /* (an entry without one: host-first's, compile failed) */
     fast_entry *ne = entry_new(&k, h);
     if (!ne) {
       st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
       goto done;
     }
-    st = plan_build(rt, calls, ts, os, n, &s, read, live, true, checks, ne, "fused chunk");
+    st = plan_build(rt, calls, ts, os, n, &s, read, live,
+                    host_first ? PLAN_HOST_FIRST : PLAN_COMPILE, checks, ne, "fused chunk");
     if (st) {
       entry_free(ne);
       goto done;
     }
     pthread_mutex_lock(&rt->fast_lock);
-    e = cache_insert(rt, ne);
+    fast_entry *old = cache_find(rt, h, &k);
+    if (old && !old->exe && ne->exe) { /* its program arrived (or was compiled now) */
+      old->exe = ne->exe;
+      ne->exe = NULL;
+    } else if (old && !old->exe && !old->pending && ne->pending) { /* it is in the pool */
+      old->pending = ne->pending;
+      old->pending_len = ne->pending_len;
+      old->pending_op = ne->pending_op;
+      ne->pending = NULL;
+    }
+    e = old ? old : cache_insert(rt, ne);
     pthread_mutex_unlock(&rt->fast_lock);
     if (e != ne) owned = ne;
     if (!e) e = ne;
+  }
+  if (!e->exe) { /* host-first: nothing runs; the recording is dropped below */
+    pthread_mutex_lock(&rt->fast_lock);
+    rt->host_first_ops++;
+    pthread_mutex_unlock(&rt->fast_lock);
+    st = tpuc_status_make(TPUC_ERR_NOT_COMPILED, "fused chunk: its program is compiling");
+    goto done;
   }
   /* a graph with bounds checks (TPUC_CHECK_BOUNDS) is not captured for replay: it is
      recorded on every call instead, so that switching the checks off takes effect.
@@ -247,7 +272,7 @@ done:
 }
 
 static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
-  return flush_capturing(rt, device, pd, NULL);
+  return flush_capturing(rt, device, pd, NULL, false);
 }
 
 tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out) {
@@ -260,7 +285,7 @@ tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out)
   if (st || !rt->pending) return st;
   pending *pd = pending_of(rt, device);
   pthread_mutex_lock(&pd->lock);
-  st = flush_capturing(rt, device, pd, out);
+  st = flush_capturing(rt, device, pd, out, false);
   pd->anchored = false;
   pthread_mutex_unlock(&pd->lock);
   return st;
@@ -275,6 +300,23 @@ tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
     pthread_mutex_lock(&pd->lock);
     tpuc_status *st = flush_locked(rt, d, pd);
     pd->anchored = false; /* an explicit boundary: the next op anchors anew */
+    pthread_mutex_unlock(&pd->lock);
+    if (st && !first) first = st;
+    else tpuc_status_destroy(st);
+  }
+  return first;
+}
+
+tpuc_status *tpuc_flush_host_first(tpuc_runtime *rt, int device) {
+  if (!rt->host_first) return tpuc_flush(rt, device);
+  tpuc_status *first = tpuc_ahead_drain(rt, device);
+  if (first || !rt->pending) return first;
+  for (int d = 0; d < rt->device_count; d++) {
+    if (device >= 0 && d != device) continue;
+    pending *pd = pending_of(rt, d);
+    pthread_mutex_lock(&pd->lock);
+    tpuc_status *st = flush_capturing(rt, d, pd, NULL, true);
+    pd->anchored = false;
     pthread_mutex_unlock(&pd->lock);
     if (st && !first) first = st;
     else tpuc_status_destroy(st);

@@ -7,6 +7,35 @@
 
 #include "plan.h"
 
+bool host_first_poll(tpuc_runtime *rt, fast_entry *e) {
+  tpuc_executable *x = NULL;
+  bool pending = false;
+  tpuc_status *st = tpuc_compile_op_at_hand(rt, e->pending, e->pending_len, e->pending_op, false,
+                                            &x, &pending);
+  tpuc_status_destroy(st); /* (only options too long: the compile now will say it) */
+  if (!x && pending) return true;
+  e->exe = x;
+  free(e->pending);
+  e->pending = NULL;
+  return x != NULL;
+}
+
+/* Whether strict mode may answer a call TPUC_ERR_NOT_COMPILED: no generator
+ * (a host run would draw other numbers than the program, and a result would
+ * then depend on when a compile finished), and at most
+ * TPUC_HOST_FIRST_MAX_MB of tensors (a big matmul is better waited for on
+ * the device than run on the host). */
+static bool host_first_fits(const tpuc_runtime *rt, const tpuc_op_call *c) {
+  for (int i = 0; i < c->nargs; i++)
+    if (c->args[i].kind == TPUC_ARG_RNG) return false;
+  int64_t bytes = 0;
+  for (int i = 0; i < c->ntensors + c->noutputs; i++) {
+    const tpuc_tensor *t = i < c->ntensors ? &c->tensors[i] : &c->outputs[i - c->ntensors];
+    if (t->storage) bytes += (int64_t)tpuc_storage_nbytes(t->storage);
+  }
+  return bytes <= rt->host_first_max_bytes;
+}
+
 /* Finds or makes the plan of a single call. With `compile`, the plan has an
  * executable; otherwise it may be only validated (fused mode). Returns the
  * lowering's refusal as TPUC_ERR_UNIMPLEMENTED. */
@@ -55,11 +84,14 @@ tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, i
   }
   uint64_t h = key_hash(&k);
   pthread_mutex_lock(&rt->fast_lock);
-  bool counted = compile == PLAN_VALIDATE || compile == PLAN_COMPILE; /* the call's first */
-  if (counted) rt->op_calls++;
+  bool counted = compile == PLAN_VALIDATE || compile == PLAN_COMPILE || compile == PLAN_HOST_FIRST;
+  if (counted) rt->op_calls++; /* (the call's first plan_single) */
   fast_entry *e = cache_find(rt, h, &k);
+  if (e && e->pending && !e->exe && compile == PLAN_HOST_FIRST && !host_first_poll(rt, e))
+    compile = PLAN_COMPILE; /* its compile failed or was dropped: compile it now, say why */
   bool usable = e && (e->declined || e->exe || compile == PLAN_VALIDATE ||
-                      (compile == PLAN_PREFETCH && e->prefetched));
+                      (compile == PLAN_PREFETCH && e->prefetched) ||
+                      (compile == PLAN_HOST_FIRST && e->pending));
   if (counted && usable) rt->fast_hits++;
   else if (counted) rt->fast_misses++;
   pthread_mutex_unlock(&rt->fast_lock);
@@ -80,7 +112,7 @@ tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, i
   int *ts[1] = {tslot}, *os[1] = {oslot};
   st = plan_build(rt, calls, ts, os, 1, s, read, live, compile, checks, ne,
                   tpuc_op_name_of(c->op));
-  ne->prefetched = !st && compile == PLAN_PREFETCH;
+  ne->prefetched = !st && (compile == PLAN_PREFETCH || ne->pending);
   if (st && tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED) {
     ne->declined = strdup(tpuc_status_message(st)); /* later calls fall back at once */
   } else if (st) {
@@ -119,6 +151,26 @@ done:
   return st;
 }
 
+tpuc_status *plan_compile(tpuc_runtime *rt, fast_entry *e, char **text, size_t len, int compile,
+                          bool per_op) {
+  if (compile == PLAN_PREFETCH) { /* no exe yet */
+    tpuc_compile_submit(rt, *text, len, per_op);
+    return NULL;
+  }
+  if (compile != PLAN_HOST_FIRST)
+    return per_op ? tpuc_compile_op(rt, *text, len, &e->exe) : tpuc_compile(rt, *text, len, &e->exe);
+  bool pending = false;
+  tpuc_status *st = tpuc_compile_op_at_hand(rt, *text, len, per_op, true, &e->exe, &pending);
+  if (st || e->exe) return st;
+  if (!pending) /* nothing will bring it: compile now */
+    return per_op ? tpuc_compile_op(rt, *text, len, &e->exe) : tpuc_compile(rt, *text, len, &e->exe);
+  e->pending = *text; /* kept until the pool has compiled it */
+  e->pending_len = len;
+  e->pending_op = per_op;
+  *text = NULL;
+  return NULL;
+}
+
 tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *sig) {
   slot_set s;
   slots_init(&s);
@@ -143,8 +195,12 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   if (tpuc_fused_recording(rt)) return tpuc_fused_record(rt, c);
   wait = wait || tpuc_get_mode(rt) == TPUC_MODE_DEBUG;
   bool checks = tpuc_checks_wanted(rt, wait);
+  /* host-first (docs/execution.md): an op whose program is compiling runs
+   * elsewhere (the caller's CPU kernel) instead of waiting; it excludes
+   * compile-ahead */
+  bool host_first = rt->host_first && !wait && !checks && host_first_fits(rt, c);
   /* strict mode's compile-ahead (ahead.c): behind queued ops, c queues too */
-  bool ahead = rt->compile_ahead && !wait && !checks;
+  bool ahead = rt->compile_ahead && !rt->host_first && !wait && !checks;
   if (ahead && tpuc_ahead_queued(rt, c->device)) {
     bool queued = false;
     tpuc_status *as = tpuc_ahead_record(rt, c, &queued);
@@ -161,9 +217,15 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   slot_set s;
   slots_init(&s);
   fast_entry *e = NULL, *owned = NULL;
-  tpuc_status *st = plan_single(rt, c, &s, ahead ? PLAN_VALIDATE : PLAN_COMPILE, checks, &e,
-                                &owned, NULL);
-  if (!st && !e->declined && !e->exe) { /* not compiled yet: queue it, its compile ahead */
+  int mode = host_first ? PLAN_HOST_FIRST : ahead ? PLAN_VALIDATE : PLAN_COMPILE;
+  tpuc_status *st = plan_single(rt, c, &s, mode, checks, &e, &owned, NULL);
+  if (!st && host_first && !e->declined && !e->exe) { /* compiling: not here, not now */
+    pthread_mutex_lock(&rt->fast_lock);
+    rt->host_first_ops++;
+    pthread_mutex_unlock(&rt->fast_lock);
+    st = tpuc_status_make(TPUC_ERR_NOT_COMPILED, "%s: its program is compiling",
+                          tpuc_op_name_of(c->op));
+  } else if (!st && !e->declined && !e->exe) { /* not compiled yet: queue it, its compile ahead */
     entry_free(owned);
     slots_release(&s);
     bool queued = false;
@@ -195,6 +257,7 @@ void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out) {
   out->chunk_hits = rt->chunk_hits;
   out->chunk_misses = rt->chunk_misses;
   out->ahead_ops = rt->ahead_ops;
+  out->host_first_ops = rt->host_first_ops;
   pthread_mutex_unlock(&rt->fast_lock);
   out->recompiles = tpuc_recompile_count(rt);
 }

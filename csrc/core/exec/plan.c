@@ -306,6 +306,7 @@ void entry_free(fast_entry *e) {
   scalars_free(e);
   tpuc_executable_release(e->exe);
   free(e->declined);
+  free(e->pending);
   free(e->params);
   free(e->result_slot);
   free(e->result_types);
@@ -644,8 +645,7 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
     tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_BEGIN, name, "", -1, (int64_t)len, 0);
     /* one op's program (strict mode) gets the per-op XLA options (op_options.c) */
     bool per_op = n == 1 && !(name && !strcmp(name, "fused chunk"));
-    if (compile == PLAN_PREFETCH) tpuc_compile_submit(rt, text, len, per_op); /* no exe yet */
-    else st = per_op ? tpuc_compile_op(rt, text, len, &e->exe) : tpuc_compile(rt, text, len, &e->exe);
+    st = plan_compile(rt, e, &text, len, compile, per_op); /* op_run.c */
     tpuc_event_emit(rt, TPUC_EVENT_COMPILE, TPUC_EVENT_END, name, "", -1, (int64_t)len, 0);
     if (st) {
       st = tpuc_status_wrap(st, name);

@@ -85,6 +85,9 @@ typedef struct tpuc_fast_entry {
   int *result_slot; /* slot each program result is bound to */
   ir_type *result_types; /* each result's type (the buffer its slot gets) */
   bool prefetched;       /* its program was handed to the compile pool (ahead.c) */
+  char *pending;         /* host-first: its program's text while it compiles (op_run.c) */
+  size_t pending_len;
+  bool pending_op;       /* ... a per-op program's (else a chunk's) */
   bool *aliased;    /* per parameter: an output may reuse its buffer (donation) */
   check_set *checks; /* the run-time checks, returned as one more result; NULL: none */
   const char *name; /* static: the op's name or "fused chunk" (events) */
@@ -105,9 +108,22 @@ fast_entry *cache_insert(tpuc_runtime *rt, fast_entry *e);
 
 /* plan_build's `compile`: validate only; compile now; or emit the program
  * and hand it to the compile pool (no executable in e: ahead.c). */
-enum { PLAN_VALIDATE = 0, PLAN_COMPILE = 1, PLAN_PREFETCH = 2, PLAN_RUN_QUEUED = 3 };
+enum { PLAN_VALIDATE = 0, PLAN_COMPILE = 1, PLAN_PREFETCH = 2, PLAN_RUN_QUEUED = 3,
+       PLAN_HOST_FIRST = 4 };
 /* (PLAN_RUN_QUEUED: compile, for an op queued ahead that runs now; its call
- * was counted in the statistics when it was queued) */
+ * was counted in the statistics when it was queued. PLAN_HOST_FIRST: the
+ * executable if it is at hand, else the program goes to the compile pool
+ * and e keeps its text in `pending`: op_run.c) */
+
+/* plan_build's compile of `*text` into e as `compile` says (op_run.c); a
+ * host-first program still compiling takes the text over (*text = NULL). */
+tpuc_status *plan_compile(tpuc_runtime *rt, fast_entry *e, char **text, size_t len, int compile,
+                          bool per_op);
+/* Host-first: whether e's program (its `pending` text, in the compile pool)
+ * is still to come; once compiled e gets its executable and drops the text.
+ * False: no compile will bring it (failed, dropped): the caller compiles.
+ * Under rt->fast_lock (the compile cache's lock nests inside it). */
+bool host_first_poll(tpuc_runtime *rt, fast_entry *e);
 
 /* Builds one program from calls[0..n-1] over slot set s and fills e's plan
  * (and, with `compile`, its executable). `live[i]` says whether slot i's

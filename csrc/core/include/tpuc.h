@@ -39,7 +39,8 @@ typedef enum {
   TPUC_ERR_COMPILE,          /* the plugin rejected a program */
   TPUC_ERR_RUNTIME,          /* a device computation or transfer failed */
   TPUC_ERR_INTERNAL,         /* a bug in tpuc */
-  TPUC_ERR_INDEX             /* an index out of range (PyTorch's IndexError) */
+  TPUC_ERR_INDEX,            /* an index out of range (PyTorch's IndexError) */
+  TPUC_ERR_NOT_COMPILED      /* host-first: the op's program is still compiling (tpuc_op_run) */
 } tpuc_code;
 
 typedef struct tpuc_status tpuc_status;
@@ -390,7 +391,13 @@ const char *tpuc_op_name(tpuc_runtime *rt, int i);
  * asynchronously and binds the new buffers to the output storages. With
  * `wait`, waits for the device and returns its error (debug mode).
  * TPUC_ERR_UNIMPLEMENTED means this call (dtype, argument combination) is
- * outside what the lowering handles: the caller may fall back to the CPU. */
+ * outside what the lowering handles: the caller may fall back to the CPU.
+ * TPUC_ERR_NOT_COMPILED (only with TPUC_HOST_FIRST=1, strict mode, never
+ * with `wait`): the call's program is not compiled yet and has been handed
+ * to the compile pool; nothing ran, and the caller runs the op another way
+ * (the glue: on the host, as PyTorch's CPU kernel) and asks again next
+ * time. Ops with a generator and ops over TPUC_HOST_FIRST_MAX_MB of
+ * tensors never get it: they compile in front of the op as before. */
 tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *call, bool wait);
 /* aten::_assert_async(.msg) is a device-side assert in every mode: its
  * condition is checked inside the program (the op's, a fused chunk's, a
@@ -438,8 +445,20 @@ void tpuc_set_check_bounds(tpuc_runtime *rt, bool on);
 bool tpuc_get_check_bounds(tpuc_runtime *rt);
 /* Ops recorded and not yet run on `device` (-1: all devices). */
 int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
+/* Stops the compiles that run beside the caller (compile-ahead's and
+ * host-first's pool): those not started are dropped, running ones are
+ * waited for, and from then on every compile runs on its caller. For
+ * process exit: a compile still running while the plugin's static
+ * destructors run crashes in LLVM (the glue calls this from atexit). */
+void tpuc_stop_background_compiles(tpuc_runtime *rt);
 /* Runs the ops recorded for `device` (-1: every device) now. */
 tpuc_status *tpuc_flush(tpuc_runtime *rt, int device);
+/* tpuc_flush of one device, host-first (TPUC_HOST_FIRST=1; otherwise just
+ * tpuc_flush): when the recorded ops' program is not compiled yet, it is
+ * handed to the compile pool and the recording is dropped -- nothing ran,
+ * no storage changed -- and the answer is TPUC_ERR_NOT_COMPILED: the caller
+ * runs those ops another way (the glue: a foreach op on the host). */
+tpuc_status *tpuc_flush_host_first(tpuc_runtime *rt, int device);
 /* ---- replay: a recorded program launched again ------------------------
  * tpuc_flush_capture runs `device`'s pending ops as one program, as
  * tpuc_flush does, and returns (in *out; NULL when nothing was pending) what
@@ -494,6 +513,7 @@ typedef struct {
   int64_t chunk_misses;   /* chunks built, emitted and compiled (or loaded) */
   int64_t recompiles;     /* an op compiled for a new signature after an earlier one */
   int64_t ahead_ops;      /* strict ops queued while their programs compiled (exec/ahead.c) */
+  int64_t host_first_ops; /* strict ops answered TPUC_ERR_NOT_COMPILED (TPUC_HOST_FIRST=1) */
 } tpuc_op_stats;
 
 void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);

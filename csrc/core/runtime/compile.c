@@ -353,17 +353,24 @@ tpuc_status *tpuc_compile(tpuc_runtime *rt, const char *text, size_t len, tpuc_e
   return tpuc_compile_with_options(rt, text, len, opts.bytes, opts.len, out);
 }
 
+/* The options of strict mode's per-op programs: tpuc_compile's, then rt->op_options. */
+static tpuc_status *op_compile_options(const tpuc_runtime *rt, proto_buf *opts) {
+  const tpuc_op_options *o = &rt->op_options;
+  encode_compile_options(opts, 1, 1, !rt->single_device);
+  if (opts->len + o->len > sizeof opts->bytes)
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "TPUC_OP_XLA_OPTIONS: too long");
+  memcpy(opts->bytes + opts->len, o->bytes, o->len);
+  opts->len += o->len;
+  return NULL;
+}
+
 tpuc_status *tpuc_compile_op(tpuc_runtime *rt, const char *text, size_t len,
                              tpuc_executable **out) {
   const tpuc_op_options *o = &rt->op_options;
   if (!o->len) return tpuc_compile(rt, text, len, out);
   proto_buf opts;
-  encode_compile_options(&opts, 1, 1, !rt->single_device);
-  if (opts.len + o->len > sizeof opts.bytes)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "TPUC_OP_XLA_OPTIONS: too long");
-  memcpy(opts.bytes + opts.len, o->bytes, o->len);
-  opts.len += o->len;
-  tpuc_status *s = tpuc_compile_with_options(rt, text, len, opts.bytes, opts.len, out);
+  tpuc_status *s = op_compile_options(rt, &opts);
+  if (!s) s = tpuc_compile_with_options(rt, text, len, opts.bytes, opts.len, out);
   if (s && tpuc_status_code(s) != TPUC_ERR_OUT_OF_MEMORY) {
     /* an option the plugin's XLA does not know fails every per-op compile:
      * say where the options came from */
@@ -375,6 +382,35 @@ tpuc_status *tpuc_compile_op(tpuc_runtime *rt, const char *text, size_t len,
     s = w;
   }
   return s;
+}
+
+tpuc_status *tpuc_compile_op_at_hand(tpuc_runtime *rt, const char *text, size_t len,
+                                     bool per_op, bool submit, tpuc_executable **out,
+                                     bool *pending) {
+  *out = NULL;
+  *pending = false;
+  proto_buf opts;
+  tpuc_status *s = NULL;
+  if (per_op) s = op_compile_options(rt, &opts);
+  else encode_compile_options(&opts, 1, 1, !rt->single_device);
+  if (s) return s;
+  uint64_t key = program_key(rt, text, len, &opts);
+  pthread_mutex_lock(&rt->cache_lock);
+  tpuc_executable *hit = cache_find(rt, key, text, len);
+  struct tpuc_inflight me = {key, text, len, NULL};
+  bool flying = !hit && inflight_find(rt, &me);
+  if (hit) *out = tpuc_executable_retain(hit);
+  pthread_mutex_unlock(&rt->cache_lock);
+  if (hit) return NULL; /* (the op's own compile counts the hit when it asks) */
+  if (!flying && rt->disk_dir) { /* a warm disk cache: a load, not a compile */
+    unsigned char dkey[32];
+    tpuc_disk_key(rt, text, len, opts.bytes, opts.len, dkey);
+    if (tpuc_disk_has(rt, dkey))
+      return per_op ? tpuc_compile_op(rt, text, len, out) : tpuc_compile(rt, text, len, out);
+  }
+  *pending = flying || tpuc_compile_pool_busy(rt) > 0;
+  if (submit && !flying) *pending = tpuc_compile_submit(rt, text, len, per_op);
+  return NULL;
 }
 
 tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_t len,

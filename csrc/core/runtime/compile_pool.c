@@ -134,6 +134,12 @@ bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len, bool pe
   j->len = len;
   j->next = NULL;
   pthread_mutex_lock(&p->lock);
+  if (p->stop) { /* tpuc_compile_pool_stop ran */
+    pthread_mutex_unlock(&p->lock);
+    free(copy);
+    free(j);
+    return false;
+  }
   if (p->tail) p->tail->next = j;
   else p->head = j;
   p->tail = j;
@@ -155,6 +161,28 @@ int tpuc_compile_pool_busy(tpuc_runtime *rt) {
   int n = p->queued + p->running;
   pthread_mutex_unlock(&p->lock);
   return n;
+}
+
+void tpuc_compile_pool_stop(tpuc_runtime *rt) {
+  pthread_mutex_lock(&rt->cache_lock);
+  struct tpuc_compile_pool *p = rt->compile_pool;
+  rt->compile_pool_failed = true; /* none is started after this: compiles run on their caller */
+  pthread_mutex_unlock(&rt->cache_lock);
+  if (!p) return;
+  pthread_mutex_lock(&p->lock);
+  for (job *j = p->head, *next; j; j = next) { /* not started: dropped */
+    next = j->next;
+    free(j->text);
+    free(j);
+  }
+  p->head = p->tail = NULL;
+  p->queued = 0;
+  p->stop = true;
+  int n = p->nthreads; /* joined here, once: tpuc_compile_pool_destroy joins none */
+  p->nthreads = 0;
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->lock);
+  for (int i = 0; i < n; i++) pthread_join(p->threads[i], NULL);
 }
 
 void tpuc_compile_pool_destroy(tpuc_runtime *rt) {

@@ -177,6 +177,13 @@ tpuc_status *tpuc_disk_reload(tpuc_runtime *rt, const unsigned char key[32],
   return disk_load(rt, key, out, false);
 }
 
+bool tpuc_disk_has(const tpuc_runtime *rt, const unsigned char key[32]) {
+  if (!rt->disk_dir) return false;
+  char path[4096];
+  key_path(rt, key, path, sizeof path);
+  return access(path, R_OK) == 0;
+}
+
 static void lock_path(const tpuc_runtime *rt, const unsigned char key[32], char *out, size_t n) {
   key_path(rt, key, out, n);
   size_t l = strlen(out);

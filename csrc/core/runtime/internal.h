@@ -122,6 +122,9 @@ struct tpuc_runtime {
   struct tpuc_ahead *ahead;     /* exec/ahead.c: one queue per device */
   bool compile_ahead;           /* TPUC_COMPILE_AHEAD=1 (default off) */
   int64_t ahead_ops;            /* ops queued ahead of their compile, under fast_lock */
+  bool host_first;              /* TPUC_HOST_FIRST=1 (default off): exec/op_run.c */
+  int64_t host_first_max_bytes; /* TPUC_HOST_FIRST_MAX_MB (default 16) */
+  int64_t host_first_ops;       /* calls answered TPUC_ERR_NOT_COMPILED, under fast_lock */
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 
   atomic_llong executions;
@@ -243,6 +246,15 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
                                        tpuc_executable **out);
 /* tpuc_compile for one of strict mode's per-op programs: with rt->op_options. */
 tpuc_status *tpuc_compile_op(tpuc_runtime *rt, const char *text, size_t len, tpuc_executable **out);
+/* Host-first (exec/op_run.c): a program's executable (a per-op one's with
+ * `per_op`, as tpuc_compile_op, else as tpuc_compile) when it is at
+ * hand without compiling -- in the memory cache, or on disk (loaded now) --
+ * else *out = NULL and, with `submit`, the program is handed to the compile
+ * pool unless it is in flight. *pending: a compile that will bring it is
+ * queued or running (false: nothing will; the caller compiles it). */
+tpuc_status *tpuc_compile_op_at_hand(tpuc_runtime *rt, const char *text, size_t len,
+                                     bool per_op, bool submit, tpuc_executable **out,
+                                     bool *pending);
 
 /* 64-bit FNV-1a, chained through `seed`. */
 uint64_t tpuc_hash64(const void *data, size_t len, uint64_t seed);
@@ -257,6 +269,8 @@ bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len, bool pe
 int tpuc_compile_pool_busy(tpuc_runtime *rt);
 /* Drops what has not started, waits for the rest, joins the workers. */
 void tpuc_compile_pool_destroy(tpuc_runtime *rt);
+/* Drops what has not started, waits for the rest; no pool is started again. */
+void tpuc_compile_pool_stop(tpuc_runtime *rt);
 
 /* ---- memory.c ---- */
 /* Applies $TPUC_MEMORY_LIMIT to every device (runtime creation). */
@@ -281,6 +295,8 @@ void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_ex
  * directory): a file descriptor, or -1 (no disk tier, or no lock: compile anyway). */
 int tpuc_disk_lock(tpuc_runtime *rt, const unsigned char key[32]);
 void tpuc_disk_unlock(tpuc_runtime *rt, const unsigned char key[32], int fd);
+/* Whether the directory holds an entry of this key (no load, nothing counted). */
+bool tpuc_disk_has(const tpuc_runtime *rt, const unsigned char key[32]);
 /* tpuc_disk_load again under the lock (its miss was counted already). */
 tpuc_status *tpuc_disk_reload(tpuc_runtime *rt, const unsigned char key[32],
                               pj_loaded_executable **out);

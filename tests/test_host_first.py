@@ -1,0 +1,127 @@
+"""Host-first (opt-in, TPUC_HOST_FIRST=1; docs/execution.md "Host-first"): in strict mode an
+op whose program is not compiled yet runs on the host as PyTorch's CPU kernel while the
+compile pool compiles it, instead of waiting for the compile; once compiled, the op runs
+its program. The optimizer's foreach programs take the same path. Each case is a fresh
+process with a fresh (cold) compile cache, so every program is new to it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F32_EPS = 2.0 ** -24
+
+
+def _env(cache_dir: str, **extra: str) -> dict:
+    env = dict(os.environ, TPUC_CACHE_DIR=cache_dir, TPUC_HOST_FIRST="1", TPUC_EAGER="strict",
+               TPUC_LAUNCH_BLOCKING="0")
+    env.update(extra)
+    return env
+
+
+def _run_code(code: str, env: dict) -> dict:
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=600, env=env, cwd=HERE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_training_matches_float64_while_ops_run_on_the_host(tmp_path) -> None:
+    """20 AdamW steps of the small transformer from a cold cache: the first steps' ops run
+    on the host while their programs compile, later ones on the device; losses and
+    parameters stay as close to the float64 CPU run as the CPU's float32 run is (the bound
+    of test_training._within), nothing is counted as a fallback."""
+    cmd = [sys.executable, os.path.join(HERE, "train_check.py"), "transformer"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(str(tmp_path)), timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rep["host_first_ops"] > 0, rep  # the path was taken
+    assert rep["fallbacks"] == {}, rep["fallbacks"]
+    assert rep["tpu_loss_err"] <= 8.0 * rep["cpu_loss_err"] + 64 * F32_EPS, rep
+    assert rep["tpu_param_err"] <= 8.0 * rep["cpu_param_err"] + 64 * F32_EPS, rep
+
+
+_STEADY = r"""
+import json, sys, time, torch
+sys.path.insert(0, "../examples")
+from llama import Llama, LlamaConfig
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_seq_len=16)
+m = Llama(cfg).to("tpu")
+opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+g = torch.Generator().manual_seed(1)
+counts, still, t0 = [], 0, time.monotonic()
+while still < 3 and time.monotonic() - t0 < 240:
+    x = torch.randint(0, 64, (4, 16), generator=g).to("tpu")
+    _, loss = m(x, x); loss.backward(); opt.step(); opt.zero_grad(); loss.item()
+    counts.append(torch.tpu.stats()["host_first_ops"])
+    still = still + 1 if len(counts) > 1 and counts[-1] == counts[-2] else 0
+    if len(counts) > 1 and counts[-1] > counts[-2]:
+        time.sleep(0.05)  # (give the pool's thread the core on a loaded machine)
+s = torch.tpu.stats()
+print(json.dumps({"counts": counts, "still": still, "compiles": s["compiles"],
+                  "disk_hits": s["disk_hits"], "fallbacks": sum(s["fallbacks"].values())}))
+"""
+
+
+def test_steps_reach_compiled_programs_and_a_warm_cache_needs_no_host(tmp_path) -> None:
+    """Host-first ops stop once the pool has compiled every program (three steps in a row
+    with none); a second process on the same cache directory loads the programs from disk
+    and runs no op on the host at all."""
+    cold = _run_code(_STEADY, _env(str(tmp_path)))
+    assert cold["still"] >= 3, cold
+    assert cold["counts"][0] > 0 and cold["fallbacks"] == 0, cold
+    warm = _run_code(_STEADY, _env(str(tmp_path)))
+    assert warm["counts"][-1] == 0 and warm["disk_hits"] > 0, warm
+
+
+_DROPOUT = r"""
+import json, torch
+torch.tpu.manual_seed(7)
+x = torch.ones(64, 64, device="tpu")
+y = torch.nn.functional.dropout(x, 0.5) * 3 + 1      # dropout: a generator, never host-first
+z = torch._foreach_add([x, y], 2.0)                  # a foreach program
+s = torch.tpu.stats()
+print(json.dumps({"mask": (y.cpu() > 1).flatten().tolist(), "z1": z[1].cpu().flatten().tolist(),
+                  "y": y.cpu().flatten().tolist(), "host": s["host_first_ops"],
+                  "fallbacks": sum(s["fallbacks"].values())}))
+"""
+
+
+def test_random_ops_are_never_run_on_the_host(tmp_path) -> None:
+    """A host run would draw other numbers than the device's program: dropout's mask with
+    host-first equals the one without it (same seed); the ops around it did run on the
+    host, and the foreach result is the CPU's."""
+    on = _run_code(_DROPOUT, _env(str(tmp_path / "on")))
+    off = _run_code(_DROPOUT, _env(str(tmp_path / "off"), TPUC_HOST_FIRST="0"))
+    assert on["host"] > 0 and off["host"] == 0, (on["host"], off["host"])
+    assert on["mask"] == off["mask"]
+    assert on["y"] == off["y"]
+    assert on["z1"] == [v + 2.0 for v in on["y"]]
+    assert on["fallbacks"] == off["fallbacks"] == 0
+
+
+_ERROR_POLICY = r"""
+import json, torch
+x = torch.linspace(-1, 1, 300, device="tpu")
+w = torch.randn(300, 7).to("tpu")
+y = (x.sin() @ w).relu().sum()
+s = torch.tpu.stats()
+print(json.dumps({"y": y.item(), "ref": (torch.linspace(-1, 1, 300).sin() @ w.cpu()).relu().sum().item(),
+                  "host": s["host_first_ops"]}))
+"""
+
+
+@pytest.mark.parametrize("max_mb", ["16", "0"])
+def test_host_runs_are_no_fallbacks_and_the_size_cap_holds(tmp_path, max_mb: str) -> None:
+    """TPUC_FALLBACK=error forbids CPU fallbacks, not host-first runs (the op has a lowering:
+    only its program is late); with TPUC_HOST_FIRST_MAX_MB=0 every op is over the cap and
+    waits for its compile as without host-first."""
+    out = _run_code(_ERROR_POLICY, _env(str(tmp_path), TPUC_FALLBACK="error",
+                                        TPUC_HOST_FIRST_MAX_MB=max_mb))
+    assert abs(out["y"] - out["ref"]) <= 1e-4 * max(1.0, abs(out["ref"])), out
+    assert (out["host"] > 0) == (max_mb != "0"), out
