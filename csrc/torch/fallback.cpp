@@ -214,8 +214,9 @@ int64_t max_numel(const torch::jit::Stack& stack, size_t begin, size_t end) {
   return n;
 }
 
-void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
-                const std::string& why) {
+}  // namespace
+
+void note_cpu_fallback(OpInfo& info, const std::string& why) {
   FallbackPolicy policy = fallback_policy();
   TORCH_CHECK(policy != FallbackPolicy::Error, "tpuc: ", info.name,
               " cannot run on the device (", why, ") and TPUC_FALLBACK=error forbids running it "
@@ -227,6 +228,13 @@ void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
                "torch.tpu.stats()['fallbacks']; TPUC_FALLBACK=error makes this an error, "
                "TPUC_FALLBACK=silent hides this warning.");
   }
+}
+
+namespace {
+
+void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
+                const std::string& why) {
+  note_cpu_fallback(info, why);
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack->size() - nargs;
   FallbackScope observed(info.name, why);  // profiler range, doctor event

@@ -107,6 +107,9 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
 // arith.cpp to hand a call to when their fast path does not apply.
 OpInfo& info_for(const c10::OperatorHandle& op);
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The bookkeeping of a run on the CPU (also sparse.cpp's): an error under
+// TPUC_FALLBACK=error, else counted in the op's fallbacks, warned once.
+void note_cpu_fallback(OpInfo& info, const std::string& why);
 
 // native.cpp, for arith.cpp: the Meta-result cache's entry for the call
 // (a, b[, alpha]) of a binary arithmetic op, keyed as the boxed path keys
