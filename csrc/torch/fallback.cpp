@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/pow_meta_dispatch.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/util/Exception.h>
@@ -53,6 +54,22 @@ void geqrf_meta(torch::jit::Stack& s) {
   s.clear();
   s.emplace_back(r);
   s.emplace_back(t);
+}
+
+// OpInfo::cpp_meta of pow with a Scalar exponent: PyTorch's C++ structured
+// meta (what the CPU's kernel follows). The Python Meta kernel (torch._refs'
+// pow) promotes bool ** bool to int64 and then refuses to write it to a bool
+// output, where the CPU returns bool (pow(b, True) is b, pow(b, False) ones).
+void pow_scalar_meta(torch::jit::Stack& s) {
+  at::Tensor r = at::meta::pow(s[0].toTensor(), s[1].toScalar());
+  s.clear();
+  s.emplace_back(std::move(r));
+}
+void pow_scalar_meta_(torch::jit::Stack& s) {
+  at::Tensor self = s[0].toTensor();
+  at::meta::pow_(self, s[1].toScalar());
+  s.clear();
+  s.emplace_back(std::move(self));
 }
 
 struct Registry {
@@ -135,6 +152,9 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
   info->cpp_meta = cpp_meta_for(info->name);
   if (info->name == "aten::_native_batch_norm_legit.out") info->cpp_meta = &bn_legit_out_meta;
   if (info->name == "aten::geqrf" || info->name == "aten::geqrf.a") info->cpp_meta = &geqrf_meta;
+  if (info->name == "aten::pow.Tensor_Scalar" || info->name == "aten::pow.Tensor_Scalar_out")
+    info->cpp_meta = &pow_scalar_meta;
+  if (info->name == "aten::pow_.Scalar") info->cpp_meta = &pow_scalar_meta_;
   using BnEval = OpInfo::BnEval;
   for (const char* n : {"aten::native_batch_norm", "aten::native_batch_norm.out",
                         "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.out"})
