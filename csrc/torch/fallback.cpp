@@ -438,8 +438,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // without a Meta kernel (_cummax_helper, _logcumsumexp): taken whole, the
   // core lowers them. mode.values: its composite rejects devices other than
   // CPU/CUDA/XPU; the boxed kernel runs it (on the CPU).
+  // native_layer_norm: its composite (math_native_layer_norm) normalizes
+  // through batch norm and then applies weight and bias with addcmul in the
+  // input's dtype, rounding the normalized value to float16/bfloat16 first
+  // (4 ulp from float64 where the CPU's kernel, all in float32, gives 2.7);
+  // the core lowers it whole, in float32 (lower/nn_norm.c).
   for (const char* name : {"convolution", "convolution_backward", "cummax", "cummax.out", "cummin",
                            "cummin.out", "logcumsumexp", "logcumsumexp.out", "mode.values",
-                           "_grouped_mm"})
+                           "_grouped_mm", "native_layer_norm"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());
 }

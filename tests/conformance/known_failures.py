@@ -42,10 +42,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     **_each("_native_batch_norm_legit", ("bfloat16", "float16"), _BN_HALF),
     **_each("_batch_norm_with_update", ("bfloat16", "float16"), _BN_HALF),
     **_each("native_layer_norm", ("bfloat16", "float16"), _LN_HALF),
-    ("nn.functional.layer_norm", "float16"): (
-        "eps=-0.5 sample (var + eps nearly cancels, amplifying rounding): tpu 1.5400 vs CPU 1.5439, "
-        "float64 1.5441; error vs f64 tpu 0.0040 (4 ulp), CPU 0.0026 (2.7 ulp): tpu's float16 path "
-        "is less accurate here"),
     **_each("nn.functional.grid_sample", ("bfloat16", "float16"),
             "the 345x456 reference sample in a 16-bit type: ~7.5% of elements differ and both sides are "
             "far from float64 at some (CPU NaN or 2e-38 where float64 gives 214.7; tpu NaN or 32.25 where "
