@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/pow_meta_dispatch.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/util/Exception.h>
@@ -55,6 +56,22 @@ void geqrf_meta(torch::jit::Stack& s) {
   s.clear();
   s.emplace_back(r);
   s.emplace_back(t);
+}
+
+// OpInfo::cpp_meta of pow with a Scalar exponent: PyTorch's C++ structured
+// meta (what the CPU's kernel follows). The Python Meta kernel (torch._refs'
+// pow) promotes bool ** bool to int64 and then refuses to write it to a bool
+// output, where the CPU returns bool (pow(b, True) is b, pow(b, False) ones).
+void pow_scalar_meta(torch::jit::Stack& s) {
+  at::Tensor r = at::meta::pow(s[0].toTensor(), s[1].toScalar());
+  s.clear();
+  s.emplace_back(std::move(r));
+}
+void pow_scalar_meta_(torch::jit::Stack& s) {
+  at::Tensor self = s[0].toTensor();
+  at::meta::pow_(self, s[1].toScalar());
+  s.clear();
+  s.emplace_back(std::move(self));
 }
 
 struct Registry {
@@ -137,6 +154,9 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
   info->cpp_meta = cpp_meta_for(info->name);
   if (info->name == "aten::_native_batch_norm_legit.out") info->cpp_meta = &bn_legit_out_meta;
   if (info->name == "aten::geqrf" || info->name == "aten::geqrf.a") info->cpp_meta = &geqrf_meta;
+  if (info->name == "aten::pow.Tensor_Scalar" || info->name == "aten::pow.Tensor_Scalar_out")
+    info->cpp_meta = &pow_scalar_meta;
+  if (info->name == "aten::pow_.Scalar") info->cpp_meta = &pow_scalar_meta_;
   using BnEval = OpInfo::BnEval;
   for (const char* n : {"aten::native_batch_norm", "aten::native_batch_norm.out",
                         "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.out"})
@@ -216,23 +236,31 @@ int64_t max_numel(const torch::jit::Stack& stack, size_t begin, size_t end) {
   return n;
 }
 
+}  // namespace
+
+void note_cpu_fallback(OpInfo& info, const std::string& why) {
+  FallbackPolicy policy = fallback_policy();
+  TORCH_CHECK(policy != FallbackPolicy::Error, "tpuc: ", info.name,
+              " cannot run on the device (", why, ") and TPUC_FALLBACK=error forbids running it "
+              "on the CPU. Unset TPUC_FALLBACK to let it run on the CPU (counted in "
+              "torch.tpu.stats()['fallbacks']).");
+  if (info.fallbacks.fetch_add(1) == 0 && policy == FallbackPolicy::Warn) {
+    TORCH_WARN("tpuc: ", info.name, " runs on the CPU (", why,
+               "): correct, but slow, data moves to the host and back. Counted in "
+               "torch.tpu.stats()['fallbacks']; TPUC_FALLBACK=error makes this an error, "
+               "TPUC_FALLBACK=silent hides this warning.");
+  }
+}
+
+namespace {
+
 // host_first: the op has a lowering whose program is still compiling
 // (TPUC_HOST_FIRST=1): it runs here as on the CPU, but it is no fallback
 // (not counted, no warning, TPUC_FALLBACK=error allows it); the core counts
 // it in torch.tpu.stats()['host_first_ops'].
 void run_on_cpu(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
                 const std::string& why, bool host_first = false) {
-  FallbackPolicy policy = host_first ? FallbackPolicy::Silent : fallback_policy();
-  TORCH_CHECK(policy != FallbackPolicy::Error, "tpuc: ", info.name,
-              " cannot run on the device (", why, ") and TPUC_FALLBACK=error forbids running it "
-              "on the CPU. Unset TPUC_FALLBACK to let it run on the CPU (counted in "
-              "torch.tpu.stats()['fallbacks']).");
-  if (!host_first && info.fallbacks.fetch_add(1) == 0 && policy == FallbackPolicy::Warn) {
-    TORCH_WARN("tpuc: ", info.name, " runs on the CPU (", why,
-               "): correct, but slow, data moves to the host and back. Counted in "
-               "torch.tpu.stats()['fallbacks']; TPUC_FALLBACK=error makes this an error, "
-               "TPUC_FALLBACK=silent hides this warning.");
-  }
+  if (!host_first) note_cpu_fallback(info, why);
   const size_t nargs = op.schema().arguments().size();
   const size_t begin = stack->size() - nargs;
   std::optional<FallbackScope> observed;  // profiler range, doctor event: fallbacks only
@@ -430,8 +458,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // without a Meta kernel (_cummax_helper, _logcumsumexp): taken whole, the
   // core lowers them. mode.values: its composite rejects devices other than
   // CPU/CUDA/XPU; the boxed kernel runs it (on the CPU).
+  // native_layer_norm: its composite (math_native_layer_norm) normalizes
+  // through batch norm and then applies weight and bias with addcmul in the
+  // input's dtype, rounding the normalized value to float16/bfloat16 first
+  // (4 ulp from float64 where the CPU's kernel, all in float32, gives 2.7);
+  // the core lowers it whole, in float32 (lower/nn_norm.c).
   for (const char* name : {"convolution", "convolution_backward", "cummax", "cummax.out", "cummin",
                            "cummin.out", "logcumsumexp", "logcumsumexp.out", "mode.values",
-                           "_grouped_mm"})
+                           "_grouped_mm", "native_layer_norm"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&tpuc_torch::tpu_fallback>());
 }

@@ -115,6 +115,9 @@ void note_compiling();
 // Runs the op on the host as a host-first op (its program is compiling): as
 // the CPU fallback does, but not counted as one (foreach.cpp's programs).
 void run_host_first(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The bookkeeping of a run on the CPU (also sparse.cpp's): an error under
+// TPUC_FALLBACK=error, else counted in the op's fallbacks, warned once.
+void note_cpu_fallback(OpInfo& info, const std::string& why);
 
 // native.cpp, for arith.cpp: the Meta-result cache's entry for the call
 // (a, b[, alpha]) of a binary arithmetic op, keyed as the boxed path keys

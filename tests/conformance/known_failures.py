@@ -13,9 +13,6 @@ def _each(op: str, dtypes: tuple[str, ...], reason: str) -> dict[tuple[str, str]
     return {(op, dt): reason for dt in dtypes}
 
 
-_BYTE = ("float -> uint8 of values outside [0, 255] is undefined behaviour in C and in PyTorch's "
-         "docs: the CPU wraps modulo 256 (-8.2 -> 248, 300 -> 44), XLA's convert saturates "
-         "(-8.2 -> 0, 300 -> 255); 44% of the random [-9, 9] sample differs, in-range values agree")
 _TRUNC = ("the CPU is the one off: it rounds a/b to the 16-bit type before truncating (17.97 -> 18.0 "
           "-> 18), tpu truncates the exact quotient (17, the float64 result); 1-3 elements of 250-500")
 _IHFFT_OUT = ("out= only: the CPU's own aten::_fft_c2c.out kernel leaves elements of `out` unwritten "
@@ -37,11 +34,7 @@ _TIES = ("indices of equal elements: PyTorch leaves them unspecified (sort/argso
          "elements in input order (a stable sort). The values agree exactly and, for every sample, the "
          "device's indices pick out the same values as the CPU's (checked with gather); sort with "
          "stable=True matches the CPU's indices exactly (tests/test_ops_sort.py)")
-_SPARSE = ("sparse layouts (COO/CSR) have no tpu kernels: moving the sparse sample to tpu works but "
-           "the op is NotImplemented for the SparseTPU / SparseCsrTPU dispatch keys; by design for now")
-
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    **_each("byte", ("float32", "bfloat16", "float16", "float64"), _BYTE),
     **_each("div.trunc_rounding", ("bfloat16", "float16"), _TRUNC),
     **_each("fft.ihfft2", ("float32", "float64", "int32", "int64", "bool"), _IHFFT_OUT),
     **_each("fft.ihfftn", ("float32", "float64", "int32", "int64", "bool"), _IHFFT_OUT),
@@ -49,10 +42,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     **_each("_native_batch_norm_legit", ("bfloat16", "float16"), _BN_HALF),
     **_each("_batch_norm_with_update", ("bfloat16", "float16"), _BN_HALF),
     **_each("native_layer_norm", ("bfloat16", "float16"), _LN_HALF),
-    ("nn.functional.layer_norm", "float16"): (
-        "eps=-0.5 sample (var + eps nearly cancels, amplifying rounding): tpu 1.5400 vs CPU 1.5439, "
-        "float64 1.5441; error vs f64 tpu 0.0040 (4 ulp), CPU 0.0026 (2.7 ulp): tpu's float16 path "
-        "is less accurate here"),
     **_each("nn.functional.grid_sample", ("bfloat16", "float16"),
             "the 345x456 reference sample in a 16-bit type: ~7.5% of elements differ and both sides are "
             "far from float64 at some (CPU NaN or 2e-38 where float64 gives 214.7; tpu NaN or 32.25 where "
@@ -63,12 +52,4 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     **_each("argsort", ("bfloat16", "float16", "bool"), _TIES),
     **_each("topk", ("bfloat16", "int64", "int32"), _TIES),
     **_each("kthvalue", ("int64", "int32"), _TIES),
-    **_each("sparse.mm.reduce", ("float32", "bfloat16", "float16", "float64"), _SPARSE),
-    **_each("sparse.sampled_addmm", ("float32", "float64"), _SPARSE),
-    **_each("to_sparse", _ALL, _SPARSE),
-    ("_foreach_pow", "bool"): (
-        "_foreach_pow([bool tensors], True): the CPU returns bool; on tpu the call ends in PyTorch's "
-        "Python reference wrapper (torch/_prims_common/wrappers.py _safe_copy_out), whose type "
-        "promotion gives int64 and which refuses int64 -> bool ('Attempting to cast from torch.int64 "
-        "to out tensor with dtype torch.bool'); torch.pow(bool_tpu_tensor, True) raises the same"),
 }

@@ -276,11 +276,18 @@ tpuc_status *ew_binary(tpuc_lower_ctx *cx, int a, int b, unsigned flags, ew_buil
 BUILD2(b_mul, IR_MUL)
 BUILD2(b_div, IR_DIV)
 BUILD2(b_rem, IR_REM)
-BUILD2(b_pow, IR_POW)
 BUILD2(b_atan2, IR_ATAN2)
 BUILD2(b_and, IR_AND)
 BUILD2(b_or, IR_OR)
 BUILD2(b_xor, IR_XOR)
+
+/* bool ** bool (the CPU's pow with a bool Scalar exponent: b ** True is b,
+ * b ** False is True): a | !e; otherwise stablehlo.power. */
+static tv b_pow(ir_graph *g, tv a, tv b) {
+  if (ir_type_of(g, a).dtype == TPUC_PRED)
+    return ir_binary(g, IR_OR, a, ir_unary(g, IR_NOT, b));
+  return ir_binary(g, IR_POW, a, b);
+}
 
 static tv b_div_trunc(ir_graph *g, tv a, tv b) { return ew_trunc(g, ir_binary(g, IR_DIV, a, b)); }
 

@@ -111,6 +111,9 @@ tv lx_convert(ir_graph *g, tv x, tpuc_dtype d);            /* no-op when equal *
 /* Numpy-style broadcast of x to type t's shape (x's dtype kept). */
 tv lx_broadcast_to(ir_graph *g, tv x, int ndim, const int64_t *dims);
 /* Convert to t.dtype and broadcast to t's shape. */
+/* x in dtype `to` as PyTorch's CPU converts (float -> uint8/int8/int16
+ * wraps as its x86-64 build does, util.c); lx_coerce also broadcasts. */
+tv lx_convert_cpu(ir_graph *g, tv x, tpuc_dtype to);
 tv lx_coerce(ir_graph *g, tv x, ir_type t);
 tv lx_splat_like(ir_graph *g, tv like, double value);
 /* Normalises a possibly negative dim for rank `ndim`. */

@@ -1,5 +1,6 @@
 /* util.c — what every lowering uses: argument access by schema position,
  * broadcasting, dtype coercion. */
+#include <stdint.h>
 #include <string.h>
 
 #include "../base/base.h"
@@ -110,9 +111,37 @@ tv lx_broadcast_to(ir_graph *g, tv x, int ndim, const int64_t *dims) {
   return ir_broadcast_in_dim(g, x, t, bdims);
 }
 
+/* A float converted to uint8, int8 or int16 as PyTorch's CPU converts it
+ * (C leaves an out-of-range conversion undefined; XLA's convert saturates):
+ * through int32 (int64 for float64 -> uint8), keeping the low bits, so
+ * -8.2 -> 248 and 300 -> 44 as uint8. In the wider type NaN, +-inf and values
+ * out of its range become its minimum, x86-64's "integer indefinite" (so 0
+ * after the truncation), which is what PyTorch's x86-64 build gives. */
+static tv float_to_small_int(ir_graph *g, tv x, tpuc_dtype to) {
+  tpuc_dtype from = ir_type_of(g, x).dtype;
+  bool wide = from == TPUC_F64 && to == TPUC_U8;
+  tpuc_dtype mid = wide ? TPUC_S64 : TPUC_S32;
+  double lim = wide ? 9223372036854775808.0 : 2147483648.0; /* 2^63, 2^31 */
+  if (from == TPUC_F16 || from == TPUC_BF16) x = ir_convert(g, x, TPUC_F32);
+  ir_type t = ir_type_of(g, x);
+  tv in_range = ir_binary(g, IR_AND, ir_compare(g, IR_GE, x, ir_splat(g, t, -lim)),
+                          ir_compare(g, IR_LT, x, ir_splat(g, t, lim)));
+  ir_type ti = ir_with_dtype(t, mid);
+  tv indefinite = wide ? ir_splat_i64(g, ti, INT64_MIN) : ir_splat(g, ti, -lim);
+  tv wrapped = ir_select(g, in_range, ir_convert(g, x, mid), indefinite);
+  return ir_convert(g, wrapped, to);
+}
+
+tv lx_convert_cpu(ir_graph *g, tv x, tpuc_dtype to) {
+  if (x == IR_NONE) return IR_NONE;
+  if (ir_is_float(ir_type_of(g, x).dtype) && (to == TPUC_U8 || to == TPUC_S8 || to == TPUC_S16))
+    return float_to_small_int(g, x, to);
+  return ir_convert(g, x, to);
+}
+
 tv lx_coerce(ir_graph *g, tv x, ir_type t) {
   if (x == IR_NONE) return IR_NONE;
-  return lx_broadcast_to(g, ir_convert(g, x, t.dtype), t.ndim, t.dims);
+  return lx_broadcast_to(g, lx_convert_cpu(g, x, t.dtype), t.ndim, t.dims);
 }
 
 tv lx_splat_like(ir_graph *g, tv like, double value) {
