@@ -194,45 +194,49 @@ static tv gs_stack(gs *q, const tv *vals, int k) {
 
 /* Per neighbour (taps of every dim, the innermost dim's fastest): [N, P, K]
  * flat input positions (s64), in-input (pred) and, when asked, the weight
- * product and its derivative by each dim's coordinate. */
+ * product and its derivative by each dim's coordinate. Built as outer
+ * products of the dims' [N, P, T] tap vectors, so the graph grows with S*T,
+ * not T^S. */
 typedef struct {
   int k;
   tv flat, valid, weight, dweight[3];
 } gs_nb;
 
+/* Dim d's taps vals[0..t) stacked and broadcast to [N, P, T, ..., T] (S tap dims). */
+static tv gs_outer(gs *q, const tv *vals, int t, int d, ir_type full) {
+  int64_t bd[3] = {0, 1, 2 + d};
+  return ir_broadcast_in_dim(q->g, gs_stack(q, vals, t), ir_with_dtype(full, ir_type_of(q->g, vals[0]).dtype), bd);
+}
+
 static void gs_neighbours(gs *q, const gs_dim *dims, bool weight, bool dweight, gs_nb *o) {
   int t = dims[0].t, k = 1;
+  int64_t fd[5] = {q->n, q->p, t, t, t};
   for (int d = 0; d < q->s; d++) k *= t;
-  o->k = k;
-  tv flat[64] = {0}, valid[64] = {0}, w[64] = {0}, dw[3][64] = {{0}};
-  for (int nb = 0; nb < k; nb++) {
-    int tap[3], rest = nb;
-    for (int d = q->s - 1; d >= 0; d--) {
-      tap[d] = rest % t;
-      rest /= t;
-    }
-    int64_t stride = 1;
-    flat[nb] = IR_NONE;
-    for (int d = q->s - 1; d >= 0; d--) {
-      const gs_dim *g = &dims[d];
-      tv term = g->idx[tap[d]];
-      if (stride != 1) term = ir_binary(q->g, IR_MUL, term, ir_splat_i64(q->g, ir_with_dtype(q->pt, TPUC_S64), stride));
-      flat[nb] = flat[nb] == IR_NONE ? term : ir_binary(q->g, IR_ADD, flat[nb], term);
-      valid[nb] = d == q->s - 1 ? g->valid[tap[d]] : AND(q, valid[nb], g->valid[tap[d]]);
-      stride *= q->in[d];
-    }
-    for (int d = 0; d < q->s && weight; d++)
-      w[nb] = d == 0 ? dims[0].w[tap[0]] : MUL(q, w[nb], dims[d].w[tap[d]]);
-    for (int e = 0; e < q->s && dweight; e++)
-      for (int d = 0; d < q->s; d++) {
-        tv f = d == e ? dims[d].dw[tap[d]] : dims[d].w[tap[d]];
-        dw[e][nb] = d == 0 ? f : MUL(q, dw[e][nb], f);
-      }
+  ir_type full = ir_make_type(q->pt.dtype, 2 + q->s, fd);
+  int64_t nk[3] = {q->n, q->p, k}, stride = 1;
+  tv flat = IR_NONE, valid = IR_NONE, w = IR_NONE, dw[3] = {IR_NONE, IR_NONE, IR_NONE};
+  for (int d = q->s - 1; d >= 0; d--) {
+    const gs_dim *g = &dims[d];
+    tv idx = gs_outer(q, g->idx, t, d, full);
+    if (stride != 1) idx = ir_binary(q->g, IR_MUL, idx, ir_splat_i64(q->g, ir_type_of(q->g, idx), stride));
+    flat = flat == IR_NONE ? idx : ir_binary(q->g, IR_ADD, flat, idx);
+    tv ok = gs_outer(q, g->valid, t, d, full);
+    valid = valid == IR_NONE ? ok : ir_select(q->g, valid, ok, ir_splat(q->g, ir_type_of(q->g, ok), 0.0));
+    stride *= q->in[d];
   }
-  o->flat = gs_stack(q, flat, k);
-  o->valid = gs_stack(q, valid, k);
-  o->weight = weight ? gs_stack(q, w, k) : IR_NONE;
-  for (int e = 0; e < 3; e++) o->dweight[e] = dweight && e < q->s ? gs_stack(q, dw[e], k) : IR_NONE;
+  for (int d = 0; d < q->s && (weight || dweight); d++) {
+    tv wd = gs_outer(q, dims[d].w, t, d, full);
+    if (weight) w = w == IR_NONE ? wd : MUL(q, w, wd);
+    for (int e = 0; e < q->s && dweight; e++) {
+      tv f = d == e ? gs_outer(q, dims[d].dw, t, d, full) : wd;
+      dw[e] = dw[e] == IR_NONE ? f : MUL(q, dw[e], f);
+    }
+  }
+  o->k = k;
+  o->flat = ir_reshape(q->g, flat, 3, nk);
+  o->valid = ir_reshape(q->g, valid, 3, nk);
+  o->weight = weight ? ir_reshape(q->g, w, 3, nk) : IR_NONE;
+  for (int e = 0; e < 3; e++) o->dweight[e] = dweight && e < q->s ? ir_reshape(q->g, dw[e], 3, nk) : IR_NONE;
 }
 
 /* Gather/scatter coordinates [N, P*K, 2]: (batch, flat position). */
