@@ -109,7 +109,10 @@ def _check(s: int, mode: str, pad: str, ac: bool, seed: int, f32: bool) -> None:
 
 @pytest.mark.parametrize("mode,pad,ac", list(itertools.product(MODES, PADS, [False, True])))
 def test_2d_forward_and_backward(mode: str, pad: str, ac: bool) -> None:
-    _check(2, mode, pad, ac, seed=MODES.index(mode) * 6 + PADS.index(pad) * 2 + ac, f32=True)
+    """float64 for all 18; float32 for every mode x padding with one align_corners each
+    (alternating), which keeps the file's compiles within its time budget."""
+    f32 = (MODES.index(mode) + PADS.index(pad) + ac) % 2 == 0
+    _check(2, mode, pad, ac, seed=MODES.index(mode) * 6 + PADS.index(pad) * 2 + ac, f32=f32)
 
 
 @pytest.mark.parametrize("mode,pad,ac", list(itertools.product(MODES[:2], PADS, [False, True])))
