@@ -1,5 +1,5 @@
 """The FFT and factorisation lowerings (lower/fft.c, lower/linalg.c, linalg_lu.c, linalg_qr.c,
-linalg_eig.c) against the CPU fallback they replaced.
+linalg_eig.c), and grid_sample's (lower/nn_grid.c), against the CPU fallback they replaced.
 
 Side by side in one process, interleaved: each op with the op engine on (its lowering
 runs on the device) and with every op forced through the CPU fallback
@@ -9,7 +9,8 @@ LAPACK), the result copied back. Cases: a batch of 4096-point FFTs (rfft and com
 fft), a 512x512 Cholesky factorisation and a 512x512 triangular solve with 512 right-hand
 sides; and the decompositions written out of elementwise ops (unrolled, so capped in size:
 docs/op_coverage.md), each at its cap in a batch of 64: a 32 x 32 solve (LU), a 16 x 16 QR,
-an 8 x 8 eigh and SVD (quick: 16 x 16 solve, 8 x 8 QR, batch 16). Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
+an 8 x 8 eigh and SVD (quick: 16 x 16 solve, 8 x 8 QR, batch 16); a bilinear grid_sample
+of an 8 x 16 x 128 x 128 input at an 8 x 128 x 128 grid (quick: batch 2, 64 x 64). Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
 On the XLA CPU plugin both paths run on the same cores, so the ratio measures the round
 trip and the two libraries, not what a TPU gains (there the fallback also crosses PCIe)."""
 from __future__ import annotations
@@ -39,6 +40,9 @@ def _cases(quick: bool):
     s_eig = torch.randn(nb, eig_n, eig_n, generator=g)
     s_eig = (s_eig + s_eig.mT).to("tpu")
     a_svd = torch.randn(nb, eig_n, eig_n, generator=g).to("tpu")
+    gb, gs = (2, 64) if quick else (8, 128)
+    img = torch.randn(gb, 16, gs, gs, generator=g).to("tpu")
+    grid = (torch.rand(gb, gs, gs, 2, generator=g) * 2.2 - 1.1).to("tpu")
     return [
         (f"rfft, {batch} x 4096 f32", lambda: torch.fft.rfft(x)),
         (f"fft, {batch} x 4096 complex64", lambda: torch.fft.fft(z)),
@@ -49,6 +53,8 @@ def _cases(quick: bool):
         (f"qr, {nb} x {qr_n} x {qr_n} f32", lambda: torch.linalg.qr(a_qr)[1]),
         (f"eigh, {nb} x {eig_n} x {eig_n} f32", lambda: torch.linalg.eigh(s_eig)[0]),
         (f"svd, {nb} x {eig_n} x {eig_n} f32", lambda: torch.linalg.svd(a_svd)[1]),
+        (f"grid_sample bilinear, {gb} x 16 x {gs} x {gs} f32",
+         lambda: torch.nn.functional.grid_sample(img, grid, align_corners=False)),
     ]
 
 

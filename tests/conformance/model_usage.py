@@ -373,8 +373,6 @@ NOTES = {
     "aten::masked_select": "data-dependent output size (as nonzero)",
     "aten::convolution": "3-D convolution (the 3-D model): nn_conv.c lowers 1-D/2-D",
     "aten::convolution_backward": "3-D convolution, as above",
-    "aten::grid_sampler_2d": "not lowered yet (bilinear/nearest/bicubic x zeros/border/reflection padding)",
-    "aten::grid_sampler_2d_backward": "not lowered yet",
 }
 
 

@@ -36,6 +36,7 @@ EMPTY_FAMILY(tpuc_lowerings_linalg_eig);
 EMPTY_FAMILY(tpuc_lowerings_distance);
 EMPTY_FAMILY(tpuc_lowerings_segment);
 EMPTY_FAMILY(tpuc_lowerings_nn_pool_frac);
+EMPTY_FAMILY(tpuc_lowerings_nn_grid);
 
 static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
@@ -48,6 +49,7 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_special_bessel,    tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
     tpuc_lowerings_linalg_lu,   tpuc_lowerings_linalg_qr,   tpuc_lowerings_linalg_eig,
     tpuc_lowerings_distance,    tpuc_lowerings_segment,     tpuc_lowerings_nn_pool_frac,
+    tpuc_lowerings_nn_grid,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
