@@ -40,6 +40,9 @@ SPECIAL_POOL_OPS = ["i0", "special.chebyshev_polynomial_t", "special.zeta",
                     "nn.functional.adaptive_avg_pool3d", "linalg.cross"]
 # The tail (issue 34): trace (lower/reduce.c), max_unpool (nn_pool_nd.c), torch.equal (a host bool).
 TAIL_OPS = ["trace", "nn.functional.max_unpool2d", "equal"]
+# Session 19 (issue 34): grid sampling (lower/nn_grid.c), float -> uint8 as the CPU converts
+# (lower/util.c), hash_tensor (count.c, IR_RED_XOR).
+TAIL_OPS += ["grid_sampler_2d", "byte", "hash_tensor"]
 OPS = TRANSFORMER_OPS + FFT_LINALG_OPS + SPECIAL_POOL_OPS + TAIL_OPS
 DTYPE = "float32"
 

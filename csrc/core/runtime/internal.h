@@ -123,7 +123,7 @@ struct tpuc_runtime {
   bool compile_ahead;           /* TPUC_COMPILE_AHEAD=1 (default off) */
   int64_t ahead_ops;            /* ops queued ahead of their compile, under fast_lock */
   bool host_first;              /* TPUC_HOST_FIRST=1 (default off): exec/op_run.c */
-  int64_t host_first_max_bytes; /* TPUC_HOST_FIRST_MAX_MB (default 16) */
+  int64_t host_first_max_bytes; /* TPUC_HOST_FIRST_MAX_MB (default 64) */
   int64_t host_first_ops;       /* calls answered TPUC_ERR_NOT_COMPILED, under fast_lock */
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 

@@ -273,7 +273,7 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   /* opt-in (docs/execution.md, "Host-first"): TPUC_HOST_FIRST=1 */
   const char *hf = getenv("TPUC_HOST_FIRST"), *hf_mb = getenv("TPUC_HOST_FIRST_MAX_MB");
   rt->host_first = hf && !strcmp(hf, "1");
-  rt->host_first_max_bytes = (hf_mb && *hf_mb ? atoll(hf_mb) : 16) << 20;
+  rt->host_first_max_bytes = (hf_mb && *hf_mb ? atoll(hf_mb) : 64) << 20;
   rt->xnn_may_capture = xnn_may_capture();
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   *out = rt;
