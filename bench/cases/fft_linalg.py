@@ -10,7 +10,8 @@ fft), a 512x512 Cholesky factorisation and a 512x512 triangular solve with 512 r
 sides; and the decompositions written out of elementwise ops (unrolled, so capped in size:
 docs/op_coverage.md), each at its cap in a batch of 64: a 32 x 32 solve (LU), a 16 x 16 QR,
 an 8 x 8 eigh and SVD (quick: 16 x 16 solve, 8 x 8 QR, batch 16); a bilinear grid_sample
-of an 8 x 16 x 128 x 128 input at an 8 x 128 x 128 grid (quick: batch 2, 64 x 64). Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
+of an 8 x 16 x 128 x 128 input at an 8 x 128 x 128 grid (quick: batch 2, 64 x 64); a bicubic
+2x upsample of the same input (lower/upsample.c). Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
 On the XLA CPU plugin both paths run on the same cores, so the ratio measures the round
 trip and the two libraries, not what a TPU gains (there the fallback also crosses PCIe)."""
 from __future__ import annotations
@@ -55,6 +56,9 @@ def _cases(quick: bool):
         (f"svd, {nb} x {eig_n} x {eig_n} f32", lambda: torch.linalg.svd(a_svd)[1]),
         (f"grid_sample bilinear, {gb} x 16 x {gs} x {gs} f32",
          lambda: torch.nn.functional.grid_sample(img, grid, align_corners=False)),
+        (f"upsample bicubic 2x, {gb} x 16 x {gs} x {gs} f32",
+         lambda: torch.nn.functional.interpolate(img, scale_factor=2, mode="bicubic",
+                                                 align_corners=False)),
     ]
 
 

@@ -178,7 +178,7 @@ void tpuc_compile_pool_stop(tpuc_runtime *rt) {
   p->head = p->tail = NULL;
   p->queued = 0;
   p->stop = true;
-  int n = p->nthreads; /* joined here, once: tpuc_compile_pool_destroy joins none */
+  int n = p->nthreads; /* joined here, once (a second stop joins none) */
   p->nthreads = 0;
   pthread_cond_broadcast(&p->work);
   pthread_mutex_unlock(&p->lock);
@@ -186,20 +186,9 @@ void tpuc_compile_pool_stop(tpuc_runtime *rt) {
 }
 
 void tpuc_compile_pool_destroy(tpuc_runtime *rt) {
+  tpuc_compile_pool_stop(rt);
   struct tpuc_compile_pool *p = rt->compile_pool;
   if (!p) return;
-  pthread_mutex_lock(&p->lock);
-  for (job *j = p->head, *next; j; j = next) { /* not started: dropped */
-    next = j->next;
-    free(j->text);
-    free(j);
-  }
-  p->head = p->tail = NULL;
-  p->queued = 0;
-  p->stop = true;
-  pthread_cond_broadcast(&p->work);
-  pthread_mutex_unlock(&p->lock);
-  for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
   pthread_cond_destroy(&p->work);
   pthread_cond_destroy(&p->idle);
   pthread_mutex_destroy(&p->lock);
