@@ -721,7 +721,7 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     if (st && (tpuc_status_code(st) == TPUC_ERR_UNIMPLEMENTED ||
                tpuc_status_code(st) == TPUC_ERR_NOT_COMPILED)) {
       *compiling = tpuc_status_code(st) == TPUC_ERR_NOT_COMPILED;
-      why = std::string("the lowering declined: ") + tpuc_status_message(st);
+      if (!*compiling) why = std::string("the lowering declined: ") + tpuc_status_message(st);
       tpuc_status_destroy(st);
       return false;
     }
