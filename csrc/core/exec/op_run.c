@@ -42,6 +42,8 @@ static bool host_first_fits(const tpuc_runtime *rt, const tpuc_op_call *c) {
 tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, int compile,
                          bool checks, fast_entry **out, fast_entry **owned, uint64_t *call_hash) {
   *out = *owned = NULL;
+  canon_call cc; /* pointwise calls over merged dims (canon.c) */
+  if (canon_call_make(rt, c, &cc)) c = &cc.call;
   /* small calls (nearly all) use the stack: no allocation on a cache hit */
   int tslot_small[32], oslot_small[16];
   bool read_small[SLOTS_INLINE + 1], seen_small[SLOTS_INLINE + 1], live_small[SLOTS_INLINE + 1];

@@ -143,6 +143,18 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
 tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, int compile,
                          bool checks, fast_entry **out, fast_entry **owned, uint64_t *call_hash);
 
+/* canon.c: a pointwise call rewritten over merged dims (TPUC_CANONICAL), so
+ * that calls computing the same elements share a signature and a program. */
+#define CANON_MAX_TENSORS 6
+#define CANON_MAX_OUTPUTS 3
+typedef struct {
+  tpuc_op_call call; /* refers to the arrays below */
+  tpuc_tensor tensors[CANON_MAX_TENSORS];
+  tpuc_tensor outputs[CANON_MAX_OUTPUTS];
+} canon_call;
+/* Fills cc and returns true when c has a canonical form other than itself. */
+bool canon_call_make(const tpuc_runtime *rt, const tpuc_op_call *c, canon_call *cc);
+
 /* Runs e with the slots' initial buffers and the calls' scalars, and binds
  * each result to its storage. With `wait`, a failed run-time check is
  * returned and nothing is bound; otherwise it is reported later. */

@@ -106,6 +106,12 @@ tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_
   tpuc_buffer *b = NULL;
   tpuc_status *st = settle(s);
   if (st) return st;
+  int64_t numel = 1; /* TPUC_FLAT_BUFFERS: every storage's buffer rank 1 (internal.h) */
+  for (int d = 0; d < ndim; d++) numel *= dims[d];
+  if (s->rt->flat_buffers) {
+    dims = &numel;
+    ndim = 1;
+  }
   tpuc_event_emit(s->rt, TPUC_EVENT_TO_DEVICE, TPUC_EVENT_BEGIN, "", "", s->device, (int64_t)s->nbytes, 0);
   st = tpuc_buffer_from_host(s->rt, s->device, dtype, dims, ndim, data, &b);
   tpuc_event_emit(s->rt, TPUC_EVENT_TO_DEVICE, TPUC_EVENT_END, "", "", s->device, (int64_t)s->nbytes, 0);

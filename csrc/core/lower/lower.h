@@ -89,6 +89,10 @@ extern const tpuc_lowering tpuc_lowerings_sort[];
 /* registry.c: the name and function behind a tpuc_op. */
 const char *tpuc_op_name_of(const tpuc_op *op);
 tpuc_lower_fn tpuc_op_lowering(const tpuc_op *op);
+/* Whether op is of the elementwise family, all of whose ops are pointwise:
+ * each output element depends only on the inputs' elements at its broadcast
+ * position (exec/canon.c relies on it). */
+bool tpuc_op_is_pointwise(const tpuc_op *op);
 
 /* ---- argument access (lower/util.c) ---- */
 const tpuc_arg *lx_arg(const tpuc_lower_ctx *cx, int i); /* NULL when i >= nargs */

@@ -1,6 +1,8 @@
 /* registry.c — the table of lowerings, by ATen op name. Immutable: each
  * family file defines its table; a family not built yet is an empty table
  * (weak definition), so families land independently. */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "lower.h"
@@ -94,3 +96,16 @@ bool tpuc_scalar_is_static(const tpuc_op_call *c, int i) {
 }
 
 tpuc_lower_fn tpuc_op_lowering(const tpuc_op *op) { return ((const tpuc_lowering *)op)->fn; }
+
+bool tpuc_op_is_pointwise(const tpuc_op *op) {
+  static _Atomic size_t count; /* the family's entries; counted once (a race counts twice) */
+  size_t n = atomic_load_explicit(&count, memory_order_relaxed);
+  if (!n) {
+    /* (read through a volatile pointer: GCC folds reads of the weak empty table above) */
+    const tpuc_lowering *volatile table = tpuc_lowerings_elementwise;
+    while (table[n].name) n++;
+    atomic_store_explicit(&count, n, memory_order_relaxed);
+  }
+  uintptr_t p = (uintptr_t)op, lo = (uintptr_t)tpuc_lowerings_elementwise;
+  return p >= lo && p < lo + n * sizeof(tpuc_lowering);
+}

@@ -267,6 +267,10 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   rt->dot_rewrite = switch_on("TPUC_DOT_REWRITE");
   rt->slice_inplace = switch_on("TPUC_SLICE_INPLACE");
   rt->scalar_cache = switch_on("TPUC_SCALAR_CACHE");
+  rt->canonical = switch_on("TPUC_CANONICAL");
+  const char *flat = getenv("TPUC_FLAT_BUFFERS");
+  rt->flat_buffers = flat && *flat ? strcmp(flat, "0") != 0
+                                   : !(rt->platform_name && !strcmp(rt->platform_name, "tpu"));
   /* opt-in (docs/execution.md, "The first step"): TPUC_COMPILE_AHEAD=1 */
   const char *ahead = getenv("TPUC_COMPILE_AHEAD");
   rt->compile_ahead = ahead && !strcmp(ahead, "1");

@@ -165,11 +165,15 @@ static void test_mismatch_runs_nothing_and_errors(void) {
   int sx = slot_of(r, x), sy = slot_of(r, y), sw = slot_of(r, w);
   float big[8] = {0};
   tpuc_storage *x8 = storage_f32(big, 8), *y2 = storage_f32(NULL, 4), *w2 = storage_f32(wv, 4);
-  /* the same 16 bytes, uploaded as a 2x2 buffer: another buffer type */
+  /* the same 16 bytes as a 2x2 buffer: another buffer type (set directly: an upload's
+   * buffer is rank 1 under TPUC_FLAT_BUFFERS) */
   tpuc_storage *x22 = NULL;
+  tpuc_buffer *b22 = NULL;
   int64_t d22[2] = {2, 2};
   CHECK_OK(tpuc_storage_create(rt, 0, 16, &x22));
-  CHECK_OK(tpuc_storage_upload(x22, TPUC_F32, d22, 2, xv));
+  CHECK_OK(tpuc_buffer_from_host(rt, 0, TPUC_F32, d22, 2, xv, &b22));
+  CHECK_OK(tpuc_storage_set_buffer(x22, b22));
+  tpuc_buffer_release(b22);
   tpuc_runtime_stats s0, s1;
   tpuc_runtime_stats_get(rt, &s0);
   tpuc_storage *slots[3];
