@@ -1,4 +1,4 @@
-"""Canonical signatures (docs/execution.md, "Fewer programs"): strict mode runs a pointwise
+"""Canonical signatures (docs/execution.md, "Fewer programs"; opt-in): strict mode runs a pointwise
 op over merged dims (TPUC_CANONICAL) and keeps every storage's buffer rank 1
 (TPUC_FLAT_BUFFERS), so calls that compute the same elements share one program. Both are
 rewrites of what is compiled, not of what is computed: the same script runs in two fresh

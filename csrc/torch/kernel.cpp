@@ -2,8 +2,8 @@
 // tensors' buffers. The module is compiled through the core's executable
 // cache (keyed by its text, so a kernel compiles once per process, and once
 // per machine with the disk cache); each input is passed as a buffer of
-// exactly its tensor's shape (a contiguous copy when the storage holds
-// another shape or a view); the results become new tensors. Ops pending in
+// exactly its tensor's shape (a reshaping program when the storage's buffer
+// holds its elements in another shape, a contiguous copy for a view); the results become new tensors. Ops pending in
 // fused mode or in a torch.compile graph are run first (the kernel is a
 // boundary of the fused program: it runs eagerly).
 #include "tpuc_torch.h"
@@ -46,6 +46,41 @@ tpuc_buffer* exact_buffer(const at::Tensor& t) {
   return nullptr;
 }
 
+// The storage's buffer given `t`'s dims: it holds t's elements in another
+// shape (TPUC_FLAT_BUFFERS keeps every storage's buffer rank 1), so a one-op
+// program reshapes it (a copy at most; compiled once per shape, cached).
+tpuc_buffer* reshaped_buffer(tpuc_runtime* rt, int device, const at::Tensor& t) {
+  tpuc_dtype dt;
+  if (!to_tpuc_dtype(t.scalar_type(), &dt) || !t.is_contiguous() || t.storage_offset() != 0)
+    return nullptr;
+  tpuc_storage* s = storage_of(t);
+  if (tpuc_storage_nbytes(s) != static_cast<size_t>(t.numel()) * t.element_size()) return nullptr;
+  tpuc_buffer* b = tpuc_storage_get_buffer(s);
+  if (!b || tpuc_buffer_dtype(b) != dt) {
+    if (b) tpuc_buffer_release(b);
+    return nullptr;
+  }
+  auto type = [&](int ndim, const int64_t* dims) {
+    std::string r = "tensor<";
+    for (int d = 0; d < ndim; ++d) r += std::to_string(dims[d]) + "x";
+    return r + tpuc_dtype_mlir_name(dt) + ">";
+  };
+  const std::string from = type(tpuc_buffer_ndim(b), tpuc_buffer_dims(b));
+  const std::string to = type(static_cast<int>(t.dim()), t.sizes().data());
+  const std::string text = "module @tpuc_kernel_reshape {\n  func.func public @main(%a: " + from +
+                           ") -> (" + to + ") {\n    %r = \"stablehlo.reshape\"(%a) : (" + from +
+                           ") -> " + to + "\n    \"func.return\"(%r) : (" + to +
+                           ") -> ()\n  }\n}\n";
+  tpuc_executable* exe = nullptr;
+  tpuc_buffer* out = nullptr;
+  tpuc_status* st = tpuc_compile(rt, text.data(), text.size(), &exe);
+  if (!st) st = tpuc_execute(exe, device, &b, 1, &out, false);
+  tpuc_executable_release(exe);
+  tpuc_buffer_release(b);
+  check(st, "tpuc.kernel: passing an input in its shape");
+  return out;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> kernel_run(const std::string& text, const std::vector<at::Tensor>& inputs) {
@@ -76,11 +111,13 @@ std::vector<at::Tensor> kernel_run(const std::string& text, const std::vector<at
     check(tpuc_flush(rt, device), "tpuc.kernel: running pending ops");
     for (at::Tensor& t : dense) {
       tpuc_buffer* b = exact_buffer(t);
-      if (!b) {  // another shape in the storage, or a part of it: a fresh copy
+      if (!b) b = reshaped_buffer(rt, device, t);
+      if (!b) {  // a part of the storage, or another dtype: a fresh copy
         t = t.clone(at::MemoryFormat::Contiguous);
         check(tpuc_flush(rt, device), "tpuc.kernel: running pending ops");
         b = exact_buffer(t);
       }
+      if (!b) b = reshaped_buffer(rt, device, t);
       TORCH_CHECK(b, "tpuc.kernel: could not pass an input of shape ", t.sizes(),
                   " as one buffer");
       bufs.push_back(b);

@@ -42,7 +42,8 @@ static bool host_first_fits(const tpuc_runtime *rt, const tpuc_op_call *c) {
 tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, int compile,
                          bool checks, fast_entry **out, fast_entry **owned, uint64_t *call_hash) {
   *out = *owned = NULL;
-  canon_call cc; /* pointwise calls over merged dims (canon.c) */
+  const tpuc_op_call *given = c; /* (recompile reasons name the shapes the user gave) */
+  canon_call cc;                  /* pointwise calls over merged dims (canon.c) */
   if (canon_call_make(rt, c, &cc)) c = &cc.call;
   /* small calls (nearly all) use the stack: no allocation on a cache hit */
   int tslot_small[32], oslot_small[16];
@@ -103,7 +104,7 @@ tpuc_status *plan_single(tpuc_runtime *rt, const tpuc_op_call *c, slot_set *s, i
   }
   /* noted when first formed: queued ahead (then not again when it runs) or compiled */
   if (compile == PLAN_PREFETCH || (compile != PLAN_VALIDATE && !(e && e->prefetched)))
-    tpuc_recompile_note(rt, c);
+    tpuc_recompile_note(rt, given);
   /* build (and compile) a fresh entry, then publish it */
   fast_entry *ne = entry_new(&k, h);
   if (!ne) {

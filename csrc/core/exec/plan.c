@@ -598,7 +598,7 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
     if (bd.written[i] && live[i]) {
       tv v = bd.val[i];
       int64_t numel = ir_numel(ir_typeof(bd.g, v));
-      if (rt->flat_buffers && ir_typeof(bd.g, v)->ndim != 1) v = ir_reshape(bd.g, v, 1, &numel);
+      if (rt->flat_buffers && ir_typeof(bd.g, v)->ndim > 1) v = ir_reshape(bd.g, v, 1, &numel);
       if (bd.param[i] != IR_NONE && v != bd.param[i]) {
         /* the new value may take over the old buffer's memory (donation):
          * it is kept in the old buffer's shape when it has the same bytes */

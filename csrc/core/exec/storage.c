@@ -106,9 +106,9 @@ tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_
   tpuc_buffer *b = NULL;
   tpuc_status *st = settle(s);
   if (st) return st;
-  int64_t numel = 1; /* TPUC_FLAT_BUFFERS: every storage's buffer rank 1 (internal.h) */
+  int64_t numel = 1; /* TPUC_FLAT_BUFFERS: no storage's buffer above rank 1 (internal.h) */
   for (int d = 0; d < ndim; d++) numel *= dims[d];
-  if (s->rt->flat_buffers) {
+  if (s->rt->flat_buffers && ndim > 1) {
     dims = &numel;
     ndim = 1;
   }

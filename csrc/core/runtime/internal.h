@@ -75,11 +75,13 @@ struct tpuc_runtime {
    * x @ W^T as (W @ x^T)^T on XLA CPU (TPUC_DOT_REWRITE), in-place slice updates at an opaque
    * start (TPUC_SLICE_INPLACE), scalar argument buffers kept per plan (TPUC_SCALAR_CACHE) */
   bool dot_rewrite, slice_inplace, scalar_cache;
-  /* every storage's buffer is rank 1 (TPUC_FLAT_BUFFERS; on except on TPUs, whose tiled
-   * layouts make a reshape a copy): a program's signature then does not depend on which
-   * shape a storage was last written at, so fewer programs are compiled */
+  /* no storage's buffer is above rank 1 (TPUC_FLAT_BUFFERS=1, opt-in; never on TPUs, whose
+   * tiled layouts make a reshape a copy): a program's signature then does not depend on which
+   * shape a storage was last written at, so fewer programs are compiled. 0-d values stay
+   * 0-d (a [1] buffer updated in place made XLA copy a 0-d optimizer step counter) */
   bool flat_buffers;
-  /* strict mode's pointwise calls over merged dims (exec/canon.c; TPUC_CANONICAL, on) */
+  /* strict mode's pointwise calls over merged dims (exec/canon.c; TPUC_CANONICAL, default
+   * as flat_buffers) */
   bool canonical;
   tpuc_op_options op_options; /* op_options.c: strict mode's per-op programs */
   /* XLA_FLAGS leaves XLA CPU's XNNPACK dots on: guard dot operands (ir_graph_set_guard_dot_rhs) */
