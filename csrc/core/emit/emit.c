@@ -9,18 +9,9 @@
 #include <string.h>
 
 #include "../ir/ir_internal.h"
-#include "order.h"
+#include "emit_internal.h"
 
-typedef struct {
-  char *s;
-  size_t len, cap;
-  bool oom;
-  const ir_order *ord; /* ordering dependencies (order.c), or NULL */
-  tv cur;              /* the node whose operands are being printed, or -1 */
-} sb;
-
-static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb *b, const char *fmt, ...) {
+void sb_printf(sb *b, const char *fmt, ...) {
   if (b->oom) return;
   for (;;) {
     va_list ap;
@@ -48,7 +39,7 @@ static void sb_printf(sb *b, const char *fmt, ...) {
   }
 }
 
-static void put_type(sb *b, const ir_type *t) {
+void put_type(sb *b, const ir_type *t) {
   sb_printf(b, "tensor<");
   for (int i = 0; i < t->ndim; i++) sb_printf(b, "%lldx", (long long)t->dims[i]);
   sb_printf(b, "%s>", tpuc_dtype_mlir_name(t->dtype));
@@ -56,15 +47,15 @@ static void put_type(sb *b, const ir_type *t) {
 
 static void put_scalar_type(sb *b, tpuc_dtype d) { sb_printf(b, "tensor<%s>", tpuc_dtype_mlir_name(d)); }
 
-static void put_name(sb *b, const ir_graph *g, tv v) {
+void put_name(sb *b, const ir_graph *g, tv v) {
   const ir_node *n = &g->nodes[v];
   int k = b->ord && b->ord->gate && b->cur >= 0 ? b->ord->gate[b->cur] : -1;
   if (k >= 0 && b->ord->via[k] == v) { /* read after the dependency's tokens */
     sb_printf(b, "%%o%d", k);
     return;
   }
-  if (n->kind == N_GET) sb_printf(b, "%%v%d#%lld", n->ops[0], (long long)n->i);
-  else sb_printf(b, "%%v%d", v);
+  if (n->kind == N_GET) sb_printf(b, "%%%s%d#%lld", b->pfx, n->ops[0], (long long)n->i);
+  else sb_printf(b, "%%%s%d", b->pfx, v);
 }
 
 static void put_i64s(sb *b, const int64_t *v, int n) {
@@ -322,7 +313,11 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
   if (n->kind == N_PARAM || n->kind == N_GET) return;
   const ir_type *t = &n->type;
   const ir_type *t0 = n->nops ? &g->nodes[n->ops[0]].type : t;
-  if (n->kind != N_ARGREDUCE) sb_printf(b, "    %%v%d%s = ", v, n->nresults > 1 ? ":2" : "");
+  if (n->kind == N_WHILE) {
+    emit_while(b, g, v);
+    return;
+  }
+  if (n->kind != N_ARGREDUCE) sb_printf(b, "    %%%s%d%s = ", b->pfx, v, n->nresults > 1 ? ":2" : "");
   switch (n->kind) {
     case N_SPLAT:
     case N_SPLAT_I64:
@@ -488,21 +483,21 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
       tpuc_dtype d = t0->dtype, id = n->rtype2.dtype;
       ir_type it = *t0;
       it.dtype = id;
-      sb_printf(b, "    %%v%d_io = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ", v,
-                (long long)n->a[0]);
+      sb_printf(b, "    %%%s%d_io = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ",
+                b->pfx, v, (long long)n->a[0]);
       put_type(b, &it);
-      sb_printf(b, "\n    %%v%d_iv = \"stablehlo.constant\"() {value = dense<", v);
+      sb_printf(b, "\n    %%%s%d_iv = \"stablehlo.constant\"() {value = dense<", b->pfx, v);
       if (ir_is_float(d)) put_float_bits(b, d, init_for_arg(d, n->sub));
       else put_int_extreme(b, d, n->sub);
       sb_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(d),
                 tpuc_dtype_mlir_name(d));
-      sb_printf(b, "    %%v%d_ii = \"stablehlo.constant\"() {value = dense<", v);
+      sb_printf(b, "    %%%s%d_ii = \"stablehlo.constant\"() {value = dense<", b->pfx, v);
       put_int_extreme(b, id, false);
       sb_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(id),
                 tpuc_dtype_mlir_name(id));
-      sb_printf(b, "    %%v%d:2 = \"stablehlo.reduce\"(", v);
+      sb_printf(b, "    %%%s%d:2 = \"stablehlo.reduce\"(", b->pfx, v);
       put_name(b, g, n->ops[0]);
-      sb_printf(b, ", %%v%d_io, %%v%d_iv, %%v%d_ii) ", v, v, v);
+      sb_printf(b, ", %%%s%d_io, %%%s%d_iv, %%%s%d_ii) ", b->pfx, v, b->pfx, v, b->pfx, v);
       put_argreduce_region(b, d, id, n->sub);
       sb_printf(b, " {dimensions = array<i64: %lld>} : (", (long long)n->a[0]);
       put_type(b, t0);
@@ -702,7 +697,7 @@ static void emit_dep(sb *b, const ir_graph *g, int k) {
 }
 
 /* The nodes in order; a dependency's deferred nodes right after it. */
-static void emit_nodes(sb *b, const ir_graph *g) {
+void emit_nodes(sb *b, const ir_graph *g) {
   const ir_order *o = b->ord;
   for (int v = 0; v < g->n; v++) {
     int k = o && o->gate ? o->gate[v] : -1;
@@ -736,12 +731,13 @@ char *ir_emit(ir_graph *g, const char *name, size_t *len) {
   }
   sb b = {0};
   b.cur = -1;
+  snprintf(b.pfx, sizeof b.pfx, "v");
   b.ord = &ord;
   sb_printf(&b, "module @%s {\n  func.func public @main(", name ? name : "tpuc");
   int k = 0;
   for (int v = 0; v < g->n; v++)
     if (g->nodes[v].kind == N_PARAM) {
-      sb_printf(&b, "%s%%v%d: ", k++ ? ", " : "", v);
+      sb_printf(&b, "%s%%v%d: ", k++ ? ", " : "", v); /* b.pfx is "v" */
       put_type(&b, &g->nodes[v].type);
       if (g->nodes[v].sub) /* the result that may reuse this argument's buffer */
         sb_printf(&b, " {tf.aliasing_output = %d : i32}", g->nodes[v].sub - 1);

@@ -230,6 +230,29 @@ tv ir_collective_permute(ir_graph *g, tv x, const int64_t *pairs, int npairs, in
 /* This replica's id, a rank-0 ui32. */
 tv ir_replica_id(ir_graph *g);
 
+/* ---- counted loops (ir/loop.c) ----
+ * for (i = 0; i < trips; i++) vals = body(i, vals), emitted as one stablehlo.while
+ * (a program of constant size however many trips). ir_loop_begin opens the body: a graph
+ * of its own (l->body, with g's lowering flags) whose parameters are the counter i
+ * (l->counter: s32, rank 0) and the carried values (l->vals[0..n): the types of
+ * init[0..n), values of g). Build the body in l->body with the usual builders from its
+ * parameters only (a value of g is read by carrying it); then ir_loop_end gives the next
+ * trip's values next[0..n) (values of l->body, the same types) and puts in results[0..n)
+ * the values of g after the last trip. The body belongs to g from ir_loop_begin on; an
+ * error in it is reported in g. false (error in g) when the loop cannot be opened. */
+#define IR_LOOP_MAX 16
+typedef struct {
+  ir_graph *body;
+  tv counter;
+  tv vals[IR_LOOP_MAX];
+  int n;
+  tv node; /* the loop's node in g */
+} ir_loop;
+bool ir_loop_begin(ir_graph *g, ir_loop *l, const tv *init, int n);
+void ir_loop_end(ir_graph *g, ir_loop *l, int64_t trips, const tv *next, tv *results);
+/* The s32 rank-0 constant v (a loop bound, a dynamic_slice start). */
+tv ir_s32(ir_graph *g, int64_t v);
+
 /* ---- the function ---- */
 void ir_output(ir_graph *g, tv v); /* results, in order */
 /* Lets result `output_index` reuse parameter `param`'s buffer when the caller
