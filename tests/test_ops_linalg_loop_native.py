@@ -1,5 +1,5 @@
 """LU and Householder QR as one stablehlo.while (ir/loop.c, lower/linalg_steps.c):
-above the unroll thresholds (LU_UNROLL_MAX 8, QR_UNROLL_MAX 4 columns) the column
+above the unroll thresholds (LU_UNROLL_MAX, QR_UNROLL_MAX: 4 columns) the column
 steps run in a counted loop whose program size does not grow with the matrix, so a
 512 x 512 float32 linalg.solve and linalg.qr run on the device "tpu" with no CPU
 fallback.

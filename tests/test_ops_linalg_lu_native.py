@@ -1,5 +1,5 @@
 """LU with partial pivoting on the device "tpu" (lower/linalg_lu.c: the column
-steps as elementwise HLO, unrolled up to 8 columns, in a stablehlo.while above;
+steps as elementwise HLO, unrolled up to 4 columns, in a stablehlo.while above;
 solves by stablehlo.triangular_solve):
 linalg.lu_factor(_ex), linalg.lu, lu_unpack, linalg.lu_solve, linalg.solve(_ex),
 linalg.inv(_ex), det, slogdet, logdet, matrix_power with a negative power, their

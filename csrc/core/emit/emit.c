@@ -1,7 +1,8 @@
 /* emit.c — printing an IR graph as StableHLO text in MLIR's generic op
  * syntax (the most stable form across plugin versions). Floating constants
  * are written as hexadecimal bit patterns so that every value, NaN and
- * infinities included, round-trips exactly. */
+ * infinities included, round-trips exactly. Loops (N_WHILE) are printed by
+ * loop.c, which prints their body graph with this file's node printer. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

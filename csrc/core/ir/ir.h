@@ -1,6 +1,9 @@
 /* ir.h — the core's graph IR: one function of SSA values, each value a
  * tensor type (dtype + static shape), each op a StableHLO-level primitive.
  *
+ * The one control-flow construct is the counted loop (ir_loop_begin/_end,
+ * ir/loop.c), whose body is a graph of its own.
+ *
  * Lowerings build graphs with these calls; emit.c prints a graph as
  * StableHLO text. Builders never fail loudly: a type error (a bug in a
  * lowering) or an allocation failure records a message in the graph, later

@@ -2,24 +2,24 @@
  * linalg_lu_factor_ex, linalg_lu, lu_unpack, linalg_lu_solve, _linalg_solve_ex,
  * linalg_inv_ex, _linalg_det and _linalg_slogdet (functional and out= forms).
  *
- * StableHLO has no LU op and the IR has no while loop, so the factorization
- * is unrolled over the columns: min(M, N) static steps, each one a fixed
- * handful of whole-matrix elementwise ops (pivot search as an argmax over the
- * rows at or below the step, the row swap as two selects, the rank-1 update
- * of the trailing block under a mask), batched over the leading dims. Static
- * column indices keep every slice static; the per-matrix pivot row is a
- * value, used only through compares and masked sums, never as a slice start.
- * The program size grows with the column count, so the unroll stops at
- * LU_MAX_STEPS (32) columns: larger matrices return unimplemented and the op
- * falls back to the CPU. Compile time is what bounds it: first calls (compile
- * + run, XLA CPU plugin, this 2-core machine under a load of ~11) took det
- * 5.4 / 16.7 / 30.4 s and solve 12.1 / 27.1 / 65.8 s at n = 16 / 32 / 64
- * (the compile cache keeps them afterwards) (a while loop with dynamic_slice / dynamic_update_slice,
- * which a TPU compiler accepts as well, would lift that bound and needs a
- * region construct the IR does not have yet). Everything emitted is plain
- * elementwise / reduce / gather / triangular_solve HLO: the XLA CPU plugin
- * and a TPU compiler both compile it (f32/complex64 on a TPU; no LAPACK
- * custom call is emitted).
+ * StableHLO has no LU op, so the factorization is written out as column
+ * steps (lo_run_steps, linalg_steps.c): each step a fixed handful of
+ * whole-matrix elementwise ops (pivot search as an argmax over the rows at or
+ * below the step, the row swap as two selects, the rank-1 update of the
+ * trailing block under a mask), batched over the leading dims. The step index
+ * j is a rank-0 value used through compares and as a dynamic_slice /
+ * dynamic_update_slice start (column j, row j, the pivot); the per-matrix
+ * pivot row is a value used only through compares and masked sums. Up to
+ * LU_UNROLL_MAX columns the steps are unrolled (j a constant), above they run
+ * in one stablehlo.while (ir_loop): the program size no longer grows with the
+ * columns, so there is no size cap (a 512 x 512 float32 solve compiles in
+ * ~2 s on the XLA CPU plugin; the unrolled form took 66 s at n = 64, hence its
+ * old cap of 32 columns). Each step still works on the whole matrix, O(n^3)
+ * elementwise work per factorization (LAPACK's blocked getrf is far faster on
+ * a CPU: docs/performance.md). Everything emitted is plain elementwise /
+ * reduce / dynamic_slice / while / triangular_solve HLO: the XLA CPU plugin
+ * and a TPU compiler both compile it (f32/complex64 on a TPU; no LAPACK custom
+ * call is emitted; only the CPU plugin was run).
  *
  * Semantics follow LAPACK's getrf as PyTorch's CPU calls it: the pivot of
  * column k is the first row (from k down) of largest magnitude (|re| + |im|
@@ -37,8 +37,14 @@
 #include "lower_ops.h"
 
 /* Up to this many columns the steps are unrolled (a constant column index in
- * each), above it they run in one stablehlo.while (ir_loop). */
-#define LU_UNROLL_MAX 8
+ * each), above it they run in one stablehlo.while (lo_run_steps). Measured
+ * (XLA CPU plugin, this 2-core machine under load, a batch of 64 solves with n
+ * right-hand sides, first call / median later call): n = 4 unrolled 1.1 s /
+ * 0.23 ms, loop 0.7 s / 0.24 ms; n = 8 3.0 s / 0.64 ms vs 1.4 s / 0.45 ms;
+ * n = 16 8.9 s / 1.15 ms vs 3.3 s / 1.2 ms; n = 32 7.7 s / 16 ms vs 1.1 s /
+ * 20 ms. The loop is as fast from 8 on and compiles faster; the unrolled form
+ * stays for the tiny matrices (OpInfo's samples) so that both remain tested. */
+#define LU_UNROLL_MAX 4
 
 static bool lu_dtype(tpuc_dtype d) {
   return d == TPUC_F32 || d == TPUC_F64 || d == TPUC_C64 || d == TPUC_C128;
