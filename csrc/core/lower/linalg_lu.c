@@ -119,24 +119,30 @@ static void lu_step(ir_graph *g, tv *s, tv j) {
   ir_argreduce(g, mag, r - 2, true, TPUC_S32, &mx, &p);
   p = ir_reshape(g, p, bt.ndim, bt.dims);
   s[S_PIV] = lo_mat_dput(g, s[S_PIV], ir_binary(g, IR_ADD, p, c32(g, bt, 1.0)), ir_s32(g, 0), j);
-  /* swap rows j and p (exact: selects) */
+  /* swap rows j and p (exact: selects). Row p is gathered (O(N)) and the new
+   * column j, pivot and row j are built from rows j and p, not sliced out of the
+   * swapped matrix, so the swap and the update below are one elementwise pass. */
   tv is_p = lo_cmp(g, IR_EQ, rows, p), is_j = ir_compare(g, IR_EQ, rows, j_c);
-  tv row_j = dslice(g, a, j, z, 1, n), row_p = pick_row(g, a, is_p);
+  ir_type rt = t; /* [..., 1, N] */
+  rt.dims[r - 2] = 1;
+  tv row_j = dslice(g, a, j, z, 1, n);
+  tv row_p = lo_take_along(g, a, r - 2, lx_broadcast_to(g, ir_convert(g, p, TPUC_S64), r, rt.dims));
+  tv piv = dslice(g, row_p, z, j, 1, 1), a_jj = dslice(g, row_j, z, j, 1, 1);
+  tv col = lo_where(g, is_j, piv, lo_where(g, is_p, a_jj, dslice(g, a, z, j, m, 1)));
   a = lo_where(g, is_j, row_p, lo_where(g, is_p, row_j, a));
   tv perm_j = dslice(g, perm, j, z, 1, 1), perm_p = pick_row(g, perm, is_p);
   s[S_PERM] = lo_where(g, is_j, perm_p, lo_where(g, is_p, perm_j, perm));
   /* info: the first exactly zero pivot */
-  tv piv = dslice(g, a, j, j, 1, 1);
   tv zero = ir_compare(g, IR_EQ, piv, ir_splat(g, ir_type_of(g, piv), 0.0));
   tv first = ir_binary(g, IR_AND, zero, ir_compare(g, IR_EQ, info, c32(g, bt, 0.0)));
   s[S_INFO] = ir_select(g, first, ir_binary(g, IR_ADD, jb(g, j, bt), c32(g, bt, 1.0)), info);
   /* multipliers l = a[j+1:, j] / pivot (0 for a zero pivot: the column is zero) */
   tv safe = ir_select(g, zero, ir_splat(g, ir_type_of(g, piv), 1.0), piv);
   tv below = ir_compare(g, IR_GT, rows, j_c);
-  tv l = lo_bin(g, IR_DIV, dslice(g, a, z, j, m, 1), safe);
+  tv l = lo_bin(g, IR_DIV, col, safe);
   l = ir_select(g, below, l, ir_splat(g, ir_type_of(g, l), 0.0));
-  /* trailing update a[j+1:, j+1:] -= l u, then column j below the pivot = l */
-  tv u = dslice(g, a, j, z, 1, n);
+  /* trailing update a[j+1:, j+1:] -= l u (u: the new row j), then column j below the pivot = l */
+  tv u = row_p;
   tv upd = ir_binary(g, IR_SUB, a, lo_bin(g, IR_MUL, lx_broadcast_to(g, l, r, t.dims), u));
   tv trail = ir_binary(g, IR_AND, ir_compare(g, IR_GT, rows_mn, j_t),
                        ir_compare(g, IR_GT, cols_mn, j_t));
