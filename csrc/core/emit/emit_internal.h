@@ -14,10 +14,10 @@ typedef struct {
   char pfx[96];        /* value v prints as %<pfx><v>: "v" in the function, longer in regions */
 } sb;
 
-void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void put_type(sb *b, const ir_type *t);
+void emit_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void emit_type(sb *b, const ir_type *t);
 /* The printed name of value v of graph g (the graph printed with b's prefix). */
-void put_name(sb *b, const ir_graph *g, tv v);
+void emit_name(sb *b, const ir_graph *g, tv v);
 /* Every node of g (emit.c). */
 void emit_nodes(sb *b, const ir_graph *g);
 /* The stablehlo.while of N_WHILE node v (loop.c). */

@@ -21,8 +21,8 @@
 /* The types of the loop's results (= the body's parameters), comma-separated. */
 static void put_types(sb *b, const ir_graph *body, int n) {
   for (int i = 0; i < n; i++) {
-    if (i) sb_printf(b, ", ");
-    put_type(b, ir_typeof(body, (tv)i));
+    if (i) emit_printf(b, ", ");
+    emit_type(b, ir_typeof(body, (tv)i));
   }
 }
 
@@ -31,17 +31,17 @@ void emit_while(sb *b, const ir_graph *g, tv v) {
   const ir_graph *body = n->extra;
   int nv = n->nops; /* counter + carried values = the body's parameters 0 .. nv-1 */
   const char *p = b->pfx;
-  sb_printf(b, "    %%%s%d:%d = \"stablehlo.while\"(", p, v, nv);
+  emit_printf(b, "    %%%s%d:%d = \"stablehlo.while\"(", p, v, nv);
   for (int i = 0; i < nv; i++) {
-    if (i) sb_printf(b, ", ");
-    put_name(b, g, n->ops[i]);
+    if (i) emit_printf(b, ", ");
+    emit_name(b, g, n->ops[i]);
   }
-  sb_printf(b, ") ({\n    ^bb0(");
+  emit_printf(b, ") ({\n    ^bb0(");
   for (int i = 0; i < nv; i++) {
-    sb_printf(b, "%s%%%s%d_c%d: ", i ? ", " : "", p, v, i);
-    put_type(b, ir_typeof(body, (tv)i));
+    emit_printf(b, "%s%%%s%d_c%d: ", i ? ", " : "", p, v, i);
+    emit_type(b, ir_typeof(body, (tv)i));
   }
-  sb_printf(b, "):\n"
+  emit_printf(b, "):\n"
                "      %%%s%d_cn = \"stablehlo.constant\"() {value = dense<%lld> : tensor<i32>} : () "
                "-> tensor<i32>\n"
                "      %%%s%d_cl = \"stablehlo.compare\"(%%%s%d_c0, %%%s%d_cn) {comparison_direction = "
@@ -59,25 +59,25 @@ void emit_while(sb *b, const ir_graph *g, tv v) {
     return;
   }
   for (int i = 0; i < nv; i++) {
-    if (i) sb_printf(&inner, ", ");
-    put_name(&inner, body, (tv)i);
-    sb_printf(&inner, ": ");
-    put_type(&inner, ir_typeof(body, (tv)i));
+    if (i) emit_printf(&inner, ", ");
+    emit_name(&inner, body, (tv)i);
+    emit_printf(&inner, ": ");
+    emit_type(&inner, ir_typeof(body, (tv)i));
   }
-  sb_printf(&inner, "):\n");
+  emit_printf(&inner, "):\n");
   emit_nodes(&inner, body);
-  sb_printf(&inner, "      \"stablehlo.return\"(");
+  emit_printf(&inner, "      \"stablehlo.return\"(");
   for (int i = 0; i < ir_num_outputs(body); i++) {
-    if (i) sb_printf(&inner, ", ");
-    put_name(&inner, body, body->outputs[i]);
+    if (i) emit_printf(&inner, ", ");
+    emit_name(&inner, body, body->outputs[i]);
   }
-  sb_printf(&inner, ") : (");
+  emit_printf(&inner, ") : (");
   put_types(&inner, body, nv);
-  sb_printf(&inner, ") -> ()\n    }) : (");
+  emit_printf(&inner, ") -> ()\n    }) : (");
   put_types(&inner, body, nv);
-  sb_printf(&inner, ") -> (");
+  emit_printf(&inner, ") -> (");
   put_types(&inner, body, nv);
-  sb_printf(&inner, ")\n");
+  emit_printf(&inner, ")\n");
   /* the buffer moved on in the copy; keep the caller's prefix and order */
   b->s = inner.s, b->len = inner.len, b->cap = inner.cap, b->oom = inner.oom;
 }
