@@ -7,9 +7,11 @@ runs on the device) and with every op forced through the CPU fallback
 before they had a lowering: the inputs copied to the host, PyTorch's CPU kernel (pocketfft,
 LAPACK), the result copied back. Cases: a batch of 4096-point FFTs (rfft and complex
 fft), a 512x512 Cholesky factorisation and a 512x512 triangular solve with 512 right-hand
-sides; and the decompositions written out of elementwise ops (unrolled, so capped in size:
-docs/op_coverage.md), each at its cap in a batch of 64: a 32 x 32 solve (LU), a 16 x 16 QR,
-an 8 x 8 eigh and SVD (quick: 16 x 16 solve, 8 x 8 QR, batch 16); a bilinear grid_sample
+sides; the decompositions written out of elementwise ops: a 512 x 512 solve (LU, 512
+right-hand sides) and QR (column steps in one stablehlo.while, lower/linalg_steps.c), and
+in a batch of 64 a 32 x 32 solve, a 16 x 16 QR (their old unroll caps; now loops too) and
+an 8 x 8 eigh and SVD (unrolled, capped in size: docs/op_coverage.md) (quick: 16 x 16
+solve, 8 x 8 QR, batch 16); a bilinear grid_sample
 of an 8 x 16 x 128 x 128 input at an 8 x 128 x 128 grid (quick: batch 2, 64 x 64); a bicubic
 2x upsample of the same input (lower/upsample.c). Ratios of medians (fallback / native: > 1 is the lowering faster); never asserted.
 On the XLA CPU plugin both paths run on the same cores, so the ratio measures the round
@@ -34,6 +36,7 @@ def _cases(quick: bool):
     spd = (m @ m.T / n + torch.eye(n)).to("tpu")
     tri = (torch.randn(n, n, generator=g) / n).tril() + 2 * torch.eye(n)
     tri, rhs = tri.to("tpu"), torch.randn(n, n, generator=g).to("tpu")
+    a_big = torch.randn(n, n, generator=g).to("tpu")
     nb, lu_n, qr_n, eig_n = (16, 16, 8, 8) if quick else (64, 32, 16, 8)
     a_lu = (torch.randn(nb, lu_n, lu_n, generator=g) + lu_n * torch.eye(lu_n)).to("tpu")
     b_lu = torch.randn(nb, lu_n, lu_n, generator=g).to("tpu")
@@ -50,6 +53,8 @@ def _cases(quick: bool):
         ("cholesky, 512 x 512 f32", lambda: torch.linalg.cholesky_ex(spd)[0]),
         ("solve_triangular, 512 x 512, 512 rhs f32",
          lambda: torch.linalg.solve_triangular(tri, rhs, upper=False)),
+        ("solve (LU), 512 x 512, 512 rhs f32", lambda: torch.linalg.solve(a_big, rhs)),
+        ("qr, 512 x 512 f32", lambda: torch.linalg.qr(a_big)[1]),
         (f"solve (LU), {nb} x {lu_n} x {lu_n}, {lu_n} rhs f32", lambda: torch.linalg.solve(a_lu, b_lu)),
         (f"qr, {nb} x {qr_n} x {qr_n} f32", lambda: torch.linalg.qr(a_qr)[1]),
         (f"eigh, {nb} x {eig_n} x {eig_n} f32", lambda: torch.linalg.eigh(s_eig)[0]),

@@ -1,7 +1,8 @@
 /* emit.c — printing an IR graph as StableHLO text in MLIR's generic op
  * syntax (the most stable form across plugin versions). Floating constants
  * are written as hexadecimal bit patterns so that every value, NaN and
- * infinities included, round-trips exactly. */
+ * infinities included, round-trips exactly. Loops (N_WHILE) are printed by
+ * loop.c, which prints their body graph with this file's node printer. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,18 +10,9 @@
 #include <string.h>
 
 #include "../ir/ir_internal.h"
-#include "order.h"
+#include "emit_internal.h"
 
-typedef struct {
-  char *s;
-  size_t len, cap;
-  bool oom;
-  const ir_order *ord; /* ordering dependencies (order.c), or NULL */
-  tv cur;              /* the node whose operands are being printed, or -1 */
-} sb;
-
-static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb *b, const char *fmt, ...) {
+void emit_printf(sb *b, const char *fmt, ...) {
   if (b->oom) return;
   for (;;) {
     va_list ap;
@@ -48,39 +40,39 @@ static void sb_printf(sb *b, const char *fmt, ...) {
   }
 }
 
-static void put_type(sb *b, const ir_type *t) {
-  sb_printf(b, "tensor<");
-  for (int i = 0; i < t->ndim; i++) sb_printf(b, "%lldx", (long long)t->dims[i]);
-  sb_printf(b, "%s>", tpuc_dtype_mlir_name(t->dtype));
+void emit_type(sb *b, const ir_type *t) {
+  emit_printf(b, "tensor<");
+  for (int i = 0; i < t->ndim; i++) emit_printf(b, "%lldx", (long long)t->dims[i]);
+  emit_printf(b, "%s>", tpuc_dtype_mlir_name(t->dtype));
 }
 
-static void put_scalar_type(sb *b, tpuc_dtype d) { sb_printf(b, "tensor<%s>", tpuc_dtype_mlir_name(d)); }
+static void put_scalar_type(sb *b, tpuc_dtype d) { emit_printf(b, "tensor<%s>", tpuc_dtype_mlir_name(d)); }
 
-static void put_name(sb *b, const ir_graph *g, tv v) {
+void emit_name(sb *b, const ir_graph *g, tv v) {
   const ir_node *n = &g->nodes[v];
   int k = b->ord && b->ord->gate && b->cur >= 0 ? b->ord->gate[b->cur] : -1;
   if (k >= 0 && b->ord->via[k] == v) { /* read after the dependency's tokens */
-    sb_printf(b, "%%o%d", k);
+    emit_printf(b, "%%o%d", k);
     return;
   }
-  if (n->kind == N_GET) sb_printf(b, "%%v%d#%lld", n->ops[0], (long long)n->i);
-  else sb_printf(b, "%%v%d", v);
+  if (n->kind == N_GET) emit_printf(b, "%%%s%d#%lld", b->pfx, n->ops[0], (long long)n->i);
+  else emit_printf(b, "%%%s%d", b->pfx, v);
 }
 
 static void put_i64s(sb *b, const int64_t *v, int n) {
-  for (int i = 0; i < n; i++) sb_printf(b, "%s%lld", i ? ", " : "", (long long)v[i]);
+  for (int i = 0; i < n; i++) emit_printf(b, "%s%lld", i ? ", " : "", (long long)v[i]);
 }
 
 static void put_array(sb *b, const char *name, const int64_t *v, int n) {
-  sb_printf(b, "%s = array<i64%s", name, n ? ": " : "");
+  emit_printf(b, "%s = array<i64%s", name, n ? ": " : "");
   put_i64s(b, v, n);
-  sb_printf(b, ">");
+  emit_printf(b, ">");
 }
 
 static void put_list(sb *b, const char *name, const int64_t *v, int n) {
-  sb_printf(b, "%s = [", name);
+  emit_printf(b, "%s = [", name);
   put_i64s(b, v, n);
-  sb_printf(b, "]");
+  emit_printf(b, "]");
 }
 
 /* A float value as MLIR's hexadecimal bit pattern of `d`. */
@@ -88,19 +80,19 @@ static void put_float_bits(sb *b, tpuc_dtype d, double v) {
   if (d == TPUC_F64) {
     uint64_t u;
     memcpy(&u, &v, 8);
-    sb_printf(b, "0x%016llX", (unsigned long long)u);
+    emit_printf(b, "0x%016llX", (unsigned long long)u);
     return;
   }
   float f = (float)v;
   uint32_t u;
   memcpy(&u, &f, 4);
   if (d == TPUC_F32) {
-    sb_printf(b, "0x%08X", u);
+    emit_printf(b, "0x%08X", u);
   } else if (d == TPUC_BF16) {
     uint16_t h;
     if (isnan(f)) h = 0x7FC0;
     else h = (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-    sb_printf(b, "0x%04X", h);
+    emit_printf(b, "0x%04X", h);
   } else { /* f16 */
     uint16_t h;
     uint32_t sign = (u >> 16) & 0x8000;
@@ -119,16 +111,16 @@ static void put_float_bits(sb *b, tpuc_dtype d, double v) {
       }
       h = exp >= 31 ? (uint16_t)(sign | 0x7C00) : (uint16_t)(sign | (uint32_t)exp << 10 | mant);
     }
-    sb_printf(b, "0x%04X", h);
+    emit_printf(b, "0x%04X", h);
   }
 }
 
 static void put_splat_value(sb *b, tpuc_dtype d, double v) {
-  if (d == TPUC_PRED) sb_printf(b, "%s", v != 0 ? "true" : "false");
+  if (d == TPUC_PRED) emit_printf(b, "%s", v != 0 ? "true" : "false");
   else if (ir_is_float(d)) put_float_bits(b, d, v);
-  else if (ir_is_complex(d)) sb_printf(b, "(%.17e, 0.0)", v); /* always a float literal */
-  else if (ir_is_unsigned(d)) sb_printf(b, "%llu", (unsigned long long)(v < 0 ? 0 : v));
-  else sb_printf(b, "%lld", (long long)v);
+  else if (ir_is_complex(d)) emit_printf(b, "(%.17e, 0.0)", v); /* always a float literal */
+  else if (ir_is_unsigned(d)) emit_printf(b, "%llu", (unsigned long long)(v < 0 ? 0 : v));
+  else emit_printf(b, "%lld", (long long)v);
 }
 
 static const char *unary_name(int op) {
@@ -193,57 +185,57 @@ static const char *cmp_type(tpuc_dtype d) {
 /* A binary combiner region over rank-0 values of `d`: (acc, x) -> acc op x.
  * IR_SCATTER_REPLACE returns x. */
 static void put_combiner(sb *b, tpuc_dtype d, int r) {
-  sb_printf(b, "({\n    ^bb0(%%a: ");
+  emit_printf(b, "({\n    ^bb0(%%a: ");
   put_scalar_type(b, d);
-  sb_printf(b, ", %%b: ");
+  emit_printf(b, ", %%b: ");
   put_scalar_type(b, d);
-  sb_printf(b, "):\n");
+  emit_printf(b, "):\n");
   if (r == (int)IR_SCATTER_REPLACE) {
-    sb_printf(b, "      \"stablehlo.return\"(%%b) : (");
+    emit_printf(b, "      \"stablehlo.return\"(%%b) : (");
   } else {
     const char *op = reducer_name(r);
     /* and/or over pred; sum of pred is or, product of pred is and */
     if (d == TPUC_PRED && r == IR_RED_SUM) op = "stablehlo.or";
     if (d == TPUC_PRED && r == IR_RED_PROD) op = "stablehlo.and";
-    sb_printf(b, "      %%r = \"%s\"(%%a, %%b) : (", op ? op : "stablehlo.add");
+    emit_printf(b, "      %%r = \"%s\"(%%a, %%b) : (", op ? op : "stablehlo.add");
     put_scalar_type(b, d);
-    sb_printf(b, ", ");
+    emit_printf(b, ", ");
     put_scalar_type(b, d);
-    sb_printf(b, ") -> ");
+    emit_printf(b, ") -> ");
     put_scalar_type(b, d);
-    sb_printf(b, "\n      \"stablehlo.return\"(%%r) : (");
+    emit_printf(b, "\n      \"stablehlo.return\"(%%r) : (");
   }
   put_scalar_type(b, d);
-  sb_printf(b, ") -> ()\n    })");
+  emit_printf(b, ") -> ()\n    })");
 }
 
 /* "(T1, T2) -> T" for a node's operands and result. */
 static void put_signature(sb *b, const ir_graph *g, const ir_node *n) {
-  sb_printf(b, " : (");
+  emit_printf(b, " : (");
   for (int i = 0; i < n->nops; i++) {
-    if (i) sb_printf(b, ", ");
-    put_type(b, &g->nodes[n->ops[i]].type);
+    if (i) emit_printf(b, ", ");
+    emit_type(b, &g->nodes[n->ops[i]].type);
   }
-  sb_printf(b, ") -> ");
+  emit_printf(b, ") -> ");
   if (n->nresults > 1) {
-    sb_printf(b, "(");
-    put_type(b, &n->type);
-    sb_printf(b, ", ");
-    put_type(b, &n->rtype2);
-    sb_printf(b, ")");
+    emit_printf(b, "(");
+    emit_type(b, &n->type);
+    emit_printf(b, ", ");
+    emit_type(b, &n->rtype2);
+    emit_printf(b, ")");
   } else {
-    put_type(b, &n->type);
+    emit_type(b, &n->type);
   }
-  sb_printf(b, "\n");
+  emit_printf(b, "\n");
 }
 
 static void put_operands(sb *b, const ir_graph *g, const ir_node *n) {
-  sb_printf(b, "(");
+  emit_printf(b, "(");
   for (int i = 0; i < n->nops; i++) {
-    if (i) sb_printf(b, ", ");
-    put_name(b, g, n->ops[i]);
+    if (i) emit_printf(b, ", ");
+    emit_name(b, g, n->ops[i]);
   }
-  sb_printf(b, ")");
+  emit_printf(b, ")");
 }
 
 /* The comparator region of argmax/argmin: keeps (a, ai) over (b, bi) when a
@@ -251,7 +243,7 @@ static void put_operands(sb *b, const ir_graph *g, const ir_node *n) {
 static void put_argreduce_region(sb *b, tpuc_dtype d, tpuc_dtype id, bool is_max) {
   const char *vt = tpuc_dtype_mlir_name(d), *it = tpuc_dtype_mlir_name(id);
   const char *ct = cmp_type(d);
-  sb_printf(b,
+  emit_printf(b,
             "({\n    ^bb0(%%a: tensor<%s>, %%ai: tensor<%s>, %%b: tensor<%s>, %%bi: tensor<%s>):\n"
             "      %%gt = \"stablehlo.compare\"(%%a, %%b) {comparison_direction = "
             "#stablehlo<comparison_direction %s>, compare_type = #stablehlo<comparison_type %s>} : "
@@ -295,25 +287,25 @@ static double init_for_arg(tpuc_dtype d, bool is_max) {
 
 static void put_int_extreme(sb *b, tpuc_dtype d, bool lowest) {
   size_t bits = tpuc_dtype_size(d) * 8;
-  if (d == TPUC_PRED) sb_printf(b, "%s", lowest ? "false" : "true");
-  else if (ir_is_unsigned(d)) sb_printf(b, "%llu", lowest ? 0ull : (bits == 64 ? ~0ull : (1ull << bits) - 1));
-  else if (bits == 64) sb_printf(b, "%s", lowest ? "-9223372036854775808" : "9223372036854775807");
-  else sb_printf(b, "%lld", lowest ? -(1ll << (bits - 1)) : (1ll << (bits - 1)) - 1);
+  if (d == TPUC_PRED) emit_printf(b, "%s", lowest ? "false" : "true");
+  else if (ir_is_unsigned(d)) emit_printf(b, "%llu", lowest ? 0ull : (bits == 64 ? ~0ull : (1ull << bits) - 1));
+  else if (bits == 64) emit_printf(b, "%s", lowest ? "-9223372036854775808" : "9223372036854775807");
+  else emit_printf(b, "%lld", lowest ? -(1ll << (bits - 1)) : (1ll << (bits - 1)) - 1);
 }
 
 /* replica_groups (and a channel handle) of a collective node: attributes
  * [ngroups, group_size, channel, dim_a, dim_b, groups...] (ir/collective.c). */
 static void put_replica_groups(sb *b, const ir_node *n) {
   int ng = (int)n->a[0], gs = (int)n->a[1];
-  sb_printf(b, "replica_groups = dense<[");
+  emit_printf(b, "replica_groups = dense<[");
   for (int i = 0; i < ng; i++) {
-    sb_printf(b, "%s[", i ? ", " : "");
+    emit_printf(b, "%s[", i ? ", " : "");
     put_i64s(b, n->a + 5 + i * gs, gs);
-    sb_printf(b, "]");
+    emit_printf(b, "]");
   }
-  sb_printf(b, "]> : tensor<%dx%dxi64>", ng, gs);
+  emit_printf(b, "]> : tensor<%dx%dxi64>", ng, gs);
   if (n->a[2] > 0)
-    sb_printf(b, ", channel_handle = #stablehlo.channel_handle<handle = %lld, type = 1>",
+    emit_printf(b, ", channel_handle = #stablehlo.channel_handle<handle = %lld, type = 1>",
               (long long)n->a[2]);
 }
 
@@ -322,165 +314,169 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
   if (n->kind == N_PARAM || n->kind == N_GET) return;
   const ir_type *t = &n->type;
   const ir_type *t0 = n->nops ? &g->nodes[n->ops[0]].type : t;
-  if (n->kind != N_ARGREDUCE) sb_printf(b, "    %%v%d%s = ", v, n->nresults > 1 ? ":2" : "");
+  if (n->kind == N_WHILE) {
+    emit_while(b, g, v);
+    return;
+  }
+  if (n->kind != N_ARGREDUCE) emit_printf(b, "    %%%s%d%s = ", b->pfx, v, n->nresults > 1 ? ":2" : "");
   switch (n->kind) {
     case N_SPLAT:
     case N_SPLAT_I64:
-      sb_printf(b, "\"stablehlo.constant\"() {value = dense<");
+      emit_printf(b, "\"stablehlo.constant\"() {value = dense<");
       if (n->kind == N_SPLAT_I64) {
-        if (t->dtype == TPUC_PRED) sb_printf(b, "%s", n->i ? "true" : "false");
-        else if (ir_is_unsigned(t->dtype)) sb_printf(b, "%llu", (unsigned long long)n->i);
-        else sb_printf(b, "%lld", (long long)n->i);
+        if (t->dtype == TPUC_PRED) emit_printf(b, "%s", n->i ? "true" : "false");
+        else if (ir_is_unsigned(t->dtype)) emit_printf(b, "%llu", (unsigned long long)n->i);
+        else emit_printf(b, "%lld", (long long)n->i);
       } else {
         put_splat_value(b, t->dtype, n->f);
       }
-      sb_printf(b, "> : ");
-      put_type(b, t);
-      sb_printf(b, "} : () -> ");
-      put_type(b, t);
-      sb_printf(b, "\n");
+      emit_printf(b, "> : ");
+      emit_type(b, t);
+      emit_printf(b, "} : () -> ");
+      emit_type(b, t);
+      emit_printf(b, "\n");
       return;
     case N_CONST_I64S:
-      sb_printf(b, "\"stablehlo.constant\"() {value = dense<[");
+      emit_printf(b, "\"stablehlo.constant\"() {value = dense<[");
       put_i64s(b, n->a, n->na);
-      sb_printf(b, "]> : ");
-      put_type(b, t);
-      sb_printf(b, "} : () -> ");
-      put_type(b, t);
-      sb_printf(b, "\n");
+      emit_printf(b, "]> : ");
+      emit_type(b, t);
+      emit_printf(b, "} : () -> ");
+      emit_type(b, t);
+      emit_printf(b, "\n");
       return;
     case N_IOTA:
-      sb_printf(b, "\"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ", (long long)n->i);
-      put_type(b, t);
-      sb_printf(b, "\n");
+      emit_printf(b, "\"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ", (long long)n->i);
+      emit_type(b, t);
+      emit_printf(b, "\n");
       return;
     case N_UNARY:
-      sb_printf(b, "\"%s\"", unary_name(n->sub));
+      emit_printf(b, "\"%s\"", unary_name(n->sub));
       put_operands(b, g, n);
       break;
     case N_BINARY:
-      sb_printf(b, "\"%s\"", binary_name(n->sub));
+      emit_printf(b, "\"%s\"", binary_name(n->sub));
       put_operands(b, g, n);
       break;
     case N_COMPARE:
-      sb_printf(b, "\"stablehlo.compare\"");
+      emit_printf(b, "\"stablehlo.compare\"");
       put_operands(b, g, n);
-      sb_printf(b,
+      emit_printf(b,
                 " {comparison_direction = #stablehlo<comparison_direction %s>, compare_type = "
                 "#stablehlo<comparison_type %s>}",
                 cmp_dir(n->sub), cmp_type(t0->dtype));
       break;
     case N_SELECT:
-      sb_printf(b, "\"stablehlo.select\"");
+      emit_printf(b, "\"stablehlo.select\"");
       put_operands(b, g, n);
       break;
     case N_CLAMP:
-      sb_printf(b, "\"stablehlo.clamp\"");
+      emit_printf(b, "\"stablehlo.clamp\"");
       put_operands(b, g, n);
       break;
     case N_CONVERT:
-      sb_printf(b, "\"stablehlo.convert\"");
+      emit_printf(b, "\"stablehlo.convert\"");
       put_operands(b, g, n);
       break;
     case N_BITCAST:
-      sb_printf(b, "\"stablehlo.bitcast_convert\"");
+      emit_printf(b, "\"stablehlo.bitcast_convert\"");
       put_operands(b, g, n);
       break;
     case N_BARRIER:
-      sb_printf(b, "\"stablehlo.optimization_barrier\"");
+      emit_printf(b, "\"stablehlo.optimization_barrier\"");
       put_operands(b, g, n);
       break;
     case N_RESHAPE:
-      sb_printf(b, "\"stablehlo.reshape\"");
+      emit_printf(b, "\"stablehlo.reshape\"");
       put_operands(b, g, n);
       break;
     case N_TRANSPOSE:
-      sb_printf(b, "\"stablehlo.transpose\"");
+      emit_printf(b, "\"stablehlo.transpose\"");
       put_operands(b, g, n);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "permutation", n->a, n->na);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_BROADCAST:
-      sb_printf(b, "\"stablehlo.broadcast_in_dim\"");
+      emit_printf(b, "\"stablehlo.broadcast_in_dim\"");
       put_operands(b, g, n);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "broadcast_dimensions", n->a, n->na);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_SLICE: {
       int k = n->na / 3;
-      sb_printf(b, "\"stablehlo.slice\"");
+      emit_printf(b, "\"stablehlo.slice\"");
       put_operands(b, g, n);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "start_indices", n->a, k);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_array(b, "limit_indices", n->a + k, k);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_array(b, "strides", n->a + 2 * k, k);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     }
     case N_CONCAT:
-      sb_printf(b, "\"stablehlo.concatenate\"");
+      emit_printf(b, "\"stablehlo.concatenate\"");
       put_operands(b, g, n);
-      sb_printf(b, " {dimension = %lld : i64}", (long long)n->a[0]);
+      emit_printf(b, " {dimension = %lld : i64}", (long long)n->a[0]);
       break;
     case N_PAD: {
       int k = n->na / 3;
-      sb_printf(b, "\"stablehlo.pad\"");
+      emit_printf(b, "\"stablehlo.pad\"");
       put_operands(b, g, n);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "edge_padding_low", n->a, k);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_array(b, "edge_padding_high", n->a + k, k);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_array(b, "interior_padding", n->a + 2 * k, k);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     }
     case N_REVERSE:
-      sb_printf(b, "\"stablehlo.reverse\"");
+      emit_printf(b, "\"stablehlo.reverse\"");
       put_operands(b, g, n);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "dimensions", n->a, n->na);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_DSLICE:
-      sb_printf(b, "\"stablehlo.dynamic_slice\"");
+      emit_printf(b, "\"stablehlo.dynamic_slice\"");
       put_operands(b, g, n);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "slice_sizes", n->a, n->na);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_DUS:
-      sb_printf(b, "\"stablehlo.dynamic_update_slice\"");
+      emit_printf(b, "\"stablehlo.dynamic_update_slice\"");
       put_operands(b, g, n);
       break;
     case N_REDUCE:
-      sb_printf(b, "\"stablehlo.reduce\"");
+      emit_printf(b, "\"stablehlo.reduce\"");
       put_operands(b, g, n);
-      sb_printf(b, " ");
+      emit_printf(b, " ");
       put_combiner(b, t0->dtype, n->sub);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "dimensions", n->a, n->na);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_REDUCE_WINDOW: {
       int k = t0->ndim;
-      sb_printf(b, "\"stablehlo.reduce_window\"");
+      emit_printf(b, "\"stablehlo.reduce_window\"");
       put_operands(b, g, n);
-      sb_printf(b, " ");
+      emit_printf(b, " ");
       put_combiner(b, t0->dtype, n->sub);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_array(b, "window_dimensions", n->a, k);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_array(b, "window_strides", n->a + k, k);
-      sb_printf(b, ", padding = dense<[");
+      emit_printf(b, ", padding = dense<[");
       for (int i = 0; i < k; i++)
-        sb_printf(b, "%s[%lld, %lld]", i ? ", " : "", (long long)n->a[2 * k + 2 * i],
+        emit_printf(b, "%s[%lld, %lld]", i ? ", " : "", (long long)n->a[2 * k + 2 * i],
                   (long long)n->a[2 * k + 2 * i + 1]);
-      sb_printf(b, "]> : tensor<%dx2xi64>}", k);
+      emit_printf(b, "]> : tensor<%dx2xi64>}", k);
       break;
     }
     case N_ARGREDUCE: {
@@ -488,63 +484,63 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
       tpuc_dtype d = t0->dtype, id = n->rtype2.dtype;
       ir_type it = *t0;
       it.dtype = id;
-      sb_printf(b, "    %%v%d_io = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ", v,
-                (long long)n->a[0]);
-      put_type(b, &it);
-      sb_printf(b, "\n    %%v%d_iv = \"stablehlo.constant\"() {value = dense<", v);
+      emit_printf(b, "    %%%s%d_io = \"stablehlo.iota\"() {iota_dimension = %lld : i64} : () -> ",
+                b->pfx, v, (long long)n->a[0]);
+      emit_type(b, &it);
+      emit_printf(b, "\n    %%%s%d_iv = \"stablehlo.constant\"() {value = dense<", b->pfx, v);
       if (ir_is_float(d)) put_float_bits(b, d, init_for_arg(d, n->sub));
       else put_int_extreme(b, d, n->sub);
-      sb_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(d),
+      emit_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(d),
                 tpuc_dtype_mlir_name(d));
-      sb_printf(b, "    %%v%d_ii = \"stablehlo.constant\"() {value = dense<", v);
+      emit_printf(b, "    %%%s%d_ii = \"stablehlo.constant\"() {value = dense<", b->pfx, v);
       put_int_extreme(b, id, false);
-      sb_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(id),
+      emit_printf(b, "> : tensor<%s>} : () -> tensor<%s>\n", tpuc_dtype_mlir_name(id),
                 tpuc_dtype_mlir_name(id));
-      sb_printf(b, "    %%v%d:2 = \"stablehlo.reduce\"(", v);
-      put_name(b, g, n->ops[0]);
-      sb_printf(b, ", %%v%d_io, %%v%d_iv, %%v%d_ii) ", v, v, v);
+      emit_printf(b, "    %%%s%d:2 = \"stablehlo.reduce\"(", b->pfx, v);
+      emit_name(b, g, n->ops[0]);
+      emit_printf(b, ", %%%s%d_io, %%%s%d_iv, %%%s%d_ii) ", b->pfx, v, b->pfx, v, b->pfx, v);
       put_argreduce_region(b, d, id, n->sub);
-      sb_printf(b, " {dimensions = array<i64: %lld>} : (", (long long)n->a[0]);
-      put_type(b, t0);
-      sb_printf(b, ", ");
-      put_type(b, &it);
-      sb_printf(b, ", tensor<%s>, tensor<%s>) -> (", tpuc_dtype_mlir_name(d), tpuc_dtype_mlir_name(id));
-      put_type(b, t);
-      sb_printf(b, ", ");
-      put_type(b, &n->rtype2);
-      sb_printf(b, ")\n");
+      emit_printf(b, " {dimensions = array<i64: %lld>} : (", (long long)n->a[0]);
+      emit_type(b, t0);
+      emit_printf(b, ", ");
+      emit_type(b, &it);
+      emit_printf(b, ", tensor<%s>, tensor<%s>) -> (", tpuc_dtype_mlir_name(d), tpuc_dtype_mlir_name(id));
+      emit_type(b, t);
+      emit_printf(b, ", ");
+      emit_type(b, &n->rtype2);
+      emit_printf(b, ")\n");
       return;
     }
     case N_DOT: {
       int nb = (int)n->a[0], nc = (int)n->a[1];
       const int64_t *p = n->a + 2;
-      sb_printf(b, "\"stablehlo.dot_general\"");
+      emit_printf(b, "\"stablehlo.dot_general\"");
       put_operands(b, g, n);
-      sb_printf(b, " {dot_dimension_numbers = #stablehlo.dot<");
+      emit_printf(b, " {dot_dimension_numbers = #stablehlo.dot<");
       const char *sep = "";
       if (nb) {
         put_list(b, "lhs_batching_dimensions", p, nb);
-        sb_printf(b, ", ");
+        emit_printf(b, ", ");
         put_list(b, "rhs_batching_dimensions", p + nb, nb);
         sep = ", ";
       }
-      sb_printf(b, "%s", sep);
+      emit_printf(b, "%s", sep);
       put_list(b, "lhs_contracting_dimensions", p + 2 * nb, nc);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_list(b, "rhs_contracting_dimensions", p + 2 * nb + nc, nc);
-      sb_printf(b, ">");
+      emit_printf(b, ">");
       if (t0->dtype == TPUC_F32 || t0->dtype == TPUC_F64 || t0->dtype == TPUC_C64 ||
           t0->dtype == TPUC_C128)
-        sb_printf(b, ", precision_config = [#stablehlo<precision HIGHEST>, "
+        emit_printf(b, ", precision_config = [#stablehlo<precision HIGHEST>, "
                      "#stablehlo<precision HIGHEST>]");
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     }
     case N_CONV: {
       const int64_t *a = n->a;
-      sb_printf(b, "\"stablehlo.convolution\"");
+      emit_printf(b, "\"stablehlo.convolution\"");
       put_operands(b, g, n);
-      sb_printf(b,
+      emit_printf(b,
                 " {dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, "
                 "window_strides = array<i64: %lld, %lld>, padding = dense<[[%lld, %lld], [%lld, "
                 "%lld]]> : tensor<2x2xi64>, lhs_dilation = array<i64: %lld, %lld>, rhs_dilation = "
@@ -554,49 +550,49 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
                 (long long)a[5], (long long)a[6], (long long)a[7], (long long)a[8], (long long)a[9],
                 (long long)a[10]);
       if (t0->dtype == TPUC_F32 || t0->dtype == TPUC_F64)
-        sb_printf(b, ", precision_config = [#stablehlo<precision HIGHEST>, "
+        emit_printf(b, ", precision_config = [#stablehlo<precision HIGHEST>, "
                      "#stablehlo<precision HIGHEST>]");
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     }
     case N_GATHER: {
       const ir_gather_dims *d = n->extra;
-      sb_printf(b, "\"stablehlo.gather\"");
+      emit_printf(b, "\"stablehlo.gather\"");
       put_operands(b, g, n);
-      sb_printf(b, " {dimension_numbers = #stablehlo.gather<");
+      emit_printf(b, " {dimension_numbers = #stablehlo.gather<");
       put_list(b, "offset_dims", d->offset_dims, d->n_offset_dims);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_list(b, "collapsed_slice_dims", d->collapsed_slice_dims, d->n_collapsed);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_list(b, "start_index_map", d->start_index_map, d->n_start_index_map);
-      sb_printf(b, ", index_vector_dim = %lld>, ", (long long)d->index_vector_dim);
+      emit_printf(b, ", index_vector_dim = %lld>, ", (long long)d->index_vector_dim);
       put_array(b, "slice_sizes", d->slice_sizes, t0->ndim);
-      sb_printf(b, ", indices_are_sorted = false}");
+      emit_printf(b, ", indices_are_sorted = false}");
       break;
     }
     case N_SCATTER: {
       const ir_scatter_dims *d = n->extra;
-      sb_printf(b, "\"stablehlo.scatter\"");
+      emit_printf(b, "\"stablehlo.scatter\"");
       put_operands(b, g, n);
-      sb_printf(b, " ");
+      emit_printf(b, " ");
       put_combiner(b, t0->dtype, n->sub);
-      sb_printf(b, " {scatter_dimension_numbers = #stablehlo.scatter<");
+      emit_printf(b, " {scatter_dimension_numbers = #stablehlo.scatter<");
       put_list(b, "update_window_dims", d->update_window_dims, d->n_update_window_dims);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_list(b, "inserted_window_dims", d->inserted_window_dims, d->n_inserted);
-      sb_printf(b, ", ");
+      emit_printf(b, ", ");
       put_list(b, "scatter_dims_to_operand_dims", d->scatter_dims_to_operand_dims,
                d->n_scatter_dims);
-      sb_printf(b, ", index_vector_dim = %lld>, indices_are_sorted = false, unique_indices = false}",
+      emit_printf(b, ", index_vector_dim = %lld>, indices_are_sorted = false, unique_indices = false}",
                 (long long)d->index_vector_dim);
       break;
     }
     case N_SORT: {
       const char *vt = tpuc_dtype_mlir_name(t0->dtype);
       bool fl = ir_is_float(t0->dtype);
-      sb_printf(b, "\"stablehlo.sort\"");
+      emit_printf(b, "\"stablehlo.sort\"");
       put_operands(b, g, n);
-      sb_printf(b,
+      emit_printf(b,
                 " ({\n    ^bb0(%%a: tensor<%s>, %%b: tensor<%s>, %%ai: tensor<i64>, %%bi: "
                 "tensor<i64>):\n      %%c = \"stablehlo.compare\"(%%a, %%b) {comparison_direction = "
                 "#stablehlo<comparison_direction %s>, compare_type = #stablehlo<comparison_type "
@@ -608,84 +604,84 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
     }
     case N_FFT: {
       static const char *kinds[] = {"FFT", "IFFT", "RFFT", "IRFFT"};
-      sb_printf(b, "\"stablehlo.fft\"");
+      emit_printf(b, "\"stablehlo.fft\"");
       put_operands(b, g, n);
-      sb_printf(b, " {fft_type = #stablehlo<fft_type %s>, ", kinds[n->sub & 3]);
+      emit_printf(b, " {fft_type = #stablehlo<fft_type %s>, ", kinds[n->sub & 3]);
       put_array(b, "fft_length", n->a + 1, (int)n->a[0]);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     }
     case N_CHOLESKY:
-      sb_printf(b, "\"stablehlo.cholesky\"");
+      emit_printf(b, "\"stablehlo.cholesky\"");
       put_operands(b, g, n);
-      sb_printf(b, " {lower = %s}", n->sub ? "true" : "false");
+      emit_printf(b, " {lower = %s}", n->sub ? "true" : "false");
       break;
     case N_TRIANGULAR_SOLVE: {
       static const char *tr[] = {"NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"};
-      sb_printf(b, "\"stablehlo.triangular_solve\"");
+      emit_printf(b, "\"stablehlo.triangular_solve\"");
       put_operands(b, g, n);
-      sb_printf(b, " {left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = "
+      emit_printf(b, " {left_side = %s, lower = %s, unit_diagonal = %s, transpose_a = "
                    "#stablehlo<transpose %s>}",
                 n->sub & 1 ? "true" : "false", n->sub & 2 ? "true" : "false",
                 n->sub & 4 ? "true" : "false", tr[(n->sub >> 3) % 3]);
       break;
     }
     case N_RNG:
-      sb_printf(b, "\"stablehlo.rng_bit_generator\"");
+      emit_printf(b, "\"stablehlo.rng_bit_generator\"");
       put_operands(b, g, n);
-      sb_printf(b, " {rng_algorithm = #stablehlo<rng_algorithm PHILOX>}");
+      emit_printf(b, " {rng_algorithm = #stablehlo<rng_algorithm PHILOX>}");
       break;
     case N_ALL_REDUCE:
-      sb_printf(b, "\"stablehlo.all_reduce\"");
+      emit_printf(b, "\"stablehlo.all_reduce\"");
       put_operands(b, g, n);
-      sb_printf(b, " ");
+      emit_printf(b, " ");
       put_combiner(b, t0->dtype, n->sub);
-      sb_printf(b, " {");
+      emit_printf(b, " {");
       put_replica_groups(b, n);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_REDUCE_SCATTER:
-      sb_printf(b, "\"stablehlo.reduce_scatter\"");
+      emit_printf(b, "\"stablehlo.reduce_scatter\"");
       put_operands(b, g, n);
-      sb_printf(b, " ");
+      emit_printf(b, " ");
       put_combiner(b, t0->dtype, n->sub);
-      sb_printf(b, " {scatter_dimension = %lld : i64, ", (long long)n->a[3]);
+      emit_printf(b, " {scatter_dimension = %lld : i64, ", (long long)n->a[3]);
       put_replica_groups(b, n);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_ALL_GATHER:
-      sb_printf(b, "\"stablehlo.all_gather\"");
+      emit_printf(b, "\"stablehlo.all_gather\"");
       put_operands(b, g, n);
-      sb_printf(b, " {all_gather_dim = %lld : i64, ", (long long)n->a[3]);
+      emit_printf(b, " {all_gather_dim = %lld : i64, ", (long long)n->a[3]);
       put_replica_groups(b, n);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_ALL_TO_ALL:
-      sb_printf(b, "\"stablehlo.all_to_all\"");
+      emit_printf(b, "\"stablehlo.all_to_all\"");
       put_operands(b, g, n);
-      sb_printf(b, " {split_dimension = %lld : i64, concat_dimension = %lld : i64, split_count = "
+      emit_printf(b, " {split_dimension = %lld : i64, concat_dimension = %lld : i64, split_count = "
                    "%lld : i64, ",
                 (long long)n->a[3], (long long)n->a[4], (long long)n->a[1]);
       put_replica_groups(b, n);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     case N_PERMUTE: {
       int np = (int)n->a[0];
-      sb_printf(b, "\"stablehlo.collective_permute\"");
+      emit_printf(b, "\"stablehlo.collective_permute\"");
       put_operands(b, g, n);
-      sb_printf(b, " {source_target_pairs = dense<[");
+      emit_printf(b, " {source_target_pairs = dense<[");
       for (int i = 0; i < np; i++)
-        sb_printf(b, "%s[%lld, %lld]", i ? ", " : "", (long long)n->a[2 + 2 * i],
+        emit_printf(b, "%s[%lld, %lld]", i ? ", " : "", (long long)n->a[2 + 2 * i],
                   (long long)n->a[3 + 2 * i]);
-      sb_printf(b, "]> : tensor<%dx2xi64>", np);
+      emit_printf(b, "]> : tensor<%dx2xi64>", np);
       if (n->a[1] > 0)
-        sb_printf(b, ", channel_handle = #stablehlo.channel_handle<handle = %lld, type = 1>",
+        emit_printf(b, ", channel_handle = #stablehlo.channel_handle<handle = %lld, type = 1>",
                   (long long)n->a[1]);
-      sb_printf(b, "}");
+      emit_printf(b, "}");
       break;
     }
     case N_REPLICA_ID:
-      sb_printf(b, "\"stablehlo.replica_id\"()");
+      emit_printf(b, "\"stablehlo.replica_id\"()");
       break;
     default:
       break;
@@ -697,12 +693,12 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
 static void emit_dep(sb *b, const ir_graph *g, int k) {
   char *text = ir_order_text(g, b->ord, k);
   if (!text) b->oom = true;
-  else sb_printf(b, "%s", text);
+  else emit_printf(b, "%s", text);
   free(text);
 }
 
 /* The nodes in order; a dependency's deferred nodes right after it. */
-static void emit_nodes(sb *b, const ir_graph *g) {
+void emit_nodes(sb *b, const ir_graph *g) {
   const ir_order *o = b->ord;
   for (int v = 0; v < g->n; v++) {
     int k = o && o->gate ? o->gate[v] : -1;
@@ -736,34 +732,35 @@ char *ir_emit(ir_graph *g, const char *name, size_t *len) {
   }
   sb b = {0};
   b.cur = -1;
+  snprintf(b.pfx, sizeof b.pfx, "v");
   b.ord = &ord;
-  sb_printf(&b, "module @%s {\n  func.func public @main(", name ? name : "tpuc");
+  emit_printf(&b, "module @%s {\n  func.func public @main(", name ? name : "tpuc");
   int k = 0;
   for (int v = 0; v < g->n; v++)
     if (g->nodes[v].kind == N_PARAM) {
-      sb_printf(&b, "%s%%v%d: ", k++ ? ", " : "", v);
-      put_type(&b, &g->nodes[v].type);
+      emit_printf(&b, "%s%%v%d: ", k++ ? ", " : "", v); /* b.pfx is "v" */
+      emit_type(&b, &g->nodes[v].type);
       if (g->nodes[v].sub) /* the result that may reuse this argument's buffer */
-        sb_printf(&b, " {tf.aliasing_output = %d : i32}", g->nodes[v].sub - 1);
+        emit_printf(&b, " {tf.aliasing_output = %d : i32}", g->nodes[v].sub - 1);
     }
-  sb_printf(&b, ") -> (");
+  emit_printf(&b, ") -> (");
   for (int i = 0; i < g->nout; i++) {
-    if (i) sb_printf(&b, ", ");
-    put_type(&b, &g->nodes[g->outputs[i]].type);
+    if (i) emit_printf(&b, ", ");
+    emit_type(&b, &g->nodes[g->outputs[i]].type);
   }
-  sb_printf(&b, ") {\n");
+  emit_printf(&b, ") {\n");
   emit_nodes(&b, g);
-  sb_printf(&b, "    \"func.return\"(");
+  emit_printf(&b, "    \"func.return\"(");
   for (int i = 0; i < g->nout; i++) {
-    if (i) sb_printf(&b, ", ");
-    put_name(&b, g, g->outputs[i]);
+    if (i) emit_printf(&b, ", ");
+    emit_name(&b, g, g->outputs[i]);
   }
-  sb_printf(&b, ") : (");
+  emit_printf(&b, ") : (");
   for (int i = 0; i < g->nout; i++) {
-    if (i) sb_printf(&b, ", ");
-    put_type(&b, &g->nodes[g->outputs[i]].type);
+    if (i) emit_printf(&b, ", ");
+    emit_type(&b, &g->nodes[g->outputs[i]].type);
   }
-  sb_printf(&b, ") -> ()\n  }\n}\n");
+  emit_printf(&b, ") -> ()\n  }\n}\n");
   ir_order_free(&ord);
   if (b.oom) {
     free(b.s);

@@ -21,7 +21,8 @@ void ir_graph_destroy(ir_graph *g) {
   for (int i = 0; i < g->n; i++) {
     free(g->nodes[i].ops);
     free(g->nodes[i].a);
-    free(g->nodes[i].extra);
+    if (g->nodes[i].kind == N_WHILE) ir_graph_destroy(g->nodes[i].extra);
+    else free(g->nodes[i].extra);
   }
   free(g->nodes);
   free(g->outputs);

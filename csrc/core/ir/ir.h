@@ -1,6 +1,9 @@
 /* ir.h — the core's graph IR: one function of SSA values, each value a
  * tensor type (dtype + static shape), each op a StableHLO-level primitive.
  *
+ * The one control-flow construct is the counted loop (ir_loop_begin/_end,
+ * ir/loop.c), whose body is a graph of its own.
+ *
  * Lowerings build graphs with these calls; emit.c prints a graph as
  * StableHLO text. Builders never fail loudly: a type error (a bug in a
  * lowering) or an allocation failure records a message in the graph, later
@@ -229,6 +232,29 @@ tv ir_all_to_all(ir_graph *g, tv x, int split_dim, int concat_dim, const ir_repl
 tv ir_collective_permute(ir_graph *g, tv x, const int64_t *pairs, int npairs, int64_t channel);
 /* This replica's id, a rank-0 ui32. */
 tv ir_replica_id(ir_graph *g);
+
+/* ---- counted loops (ir/loop.c) ----
+ * for (i = 0; i < trips; i++) vals = body(i, vals), emitted as one stablehlo.while
+ * (a program of constant size however many trips). ir_loop_begin opens the body: a graph
+ * of its own (l->body, with g's lowering flags) whose parameters are the counter i
+ * (l->counter: s32, rank 0) and the carried values (l->vals[0..n): the types of
+ * init[0..n), values of g). Build the body in l->body with the usual builders from its
+ * parameters only (a value of g is read by carrying it); then ir_loop_end gives the next
+ * trip's values next[0..n) (values of l->body, the same types) and puts in results[0..n)
+ * the values of g after the last trip. The body belongs to g from ir_loop_begin on; an
+ * error in it is reported in g. false (error in g) when the loop cannot be opened. */
+#define IR_LOOP_MAX 16
+typedef struct {
+  ir_graph *body;
+  tv counter;
+  tv vals[IR_LOOP_MAX];
+  int n;
+  tv node; /* the loop's node in g */
+} ir_loop;
+bool ir_loop_begin(ir_graph *g, ir_loop *l, const tv *init, int n);
+void ir_loop_end(ir_graph *g, ir_loop *l, int64_t trips, const tv *next, tv *results);
+/* The s32 rank-0 constant v (a loop bound, a dynamic_slice start). */
+tv ir_s32(ir_graph *g, int64_t v);
 
 /* ---- the function ---- */
 void ir_output(ir_graph *g, tv v); /* results, in order */

@@ -11,7 +11,9 @@ typedef enum {
   N_REVERSE, N_DSLICE, N_DUS, N_REDUCE, N_ARGREDUCE, N_REDUCE_WINDOW, N_DOT, N_CONV, N_GATHER,
   N_SCATTER, N_SORT, N_RNG, N_GET, N_BARRIER, N_FFT, N_CHOLESKY, N_TRIANGULAR_SOLVE,
   /* collectives (ir_collective.c) */
-  N_ALL_REDUCE, N_ALL_GATHER, N_REDUCE_SCATTER, N_ALL_TO_ALL, N_PERMUTE, N_REPLICA_ID
+  N_ALL_REDUCE, N_ALL_GATHER, N_REDUCE_SCATTER, N_ALL_TO_ALL, N_PERMUTE, N_REPLICA_ID,
+  /* counted loops (ir/loop.c): extra is the body graph, a[0] the trip count */
+  N_WHILE
 } ir_kind;
 
 typedef struct {
@@ -26,7 +28,7 @@ typedef struct {
   int64_t i;        /* N_SPLAT_I64 value, N_IOTA dim, N_GET index, N_PARAM number */
   int nresults;     /* > 1 for multi-result nodes; their N_GET values follow */
   ir_type rtype2;   /* type of result 1 (argreduce indices, sort indices, rng bits) */
-  void *extra;      /* gather/scatter dimension numbers */
+  void *extra;      /* gather/scatter dimension numbers; N_WHILE: the body ir_graph */
 } ir_node;
 
 struct ir_graph {

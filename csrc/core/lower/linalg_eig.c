@@ -2,8 +2,9 @@
  * eigvalsh and what composes from them) as cyclic Jacobi iteration, batched
  * over the leading dims, real f32/f64 only.
  *
- * StableHLO has no eigensolver, and the IR has no while loop, so the sweeps
- * are unrolled statically: a sweep is n-1 rounds of the round-robin
+ * StableHLO has no eigensolver, and the sweeps are not (yet) written as an
+ * ir_loop (stablehlo.while, ir/loop.c, as LU and QR are), so they are unrolled
+ * statically: a sweep is n-1 rounds of the round-robin
  * (tournament) ordering, each round rotating n/2 disjoint pairs (p, q) at
  * once (Brent and Luk's parallel ordering), so one round is a handful of
  * whole-matrix elementwise ops and three gathers by a constant permutation.

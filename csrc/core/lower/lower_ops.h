@@ -215,7 +215,18 @@ tv lo_elem_coords(ir_graph *g, int dim, tv idx, int r);
 /* torch.gather: out[i...] = x[..., idx[i...], ...] (idx of x's rank). */
 tv lo_take_along(ir_graph *g, tv x, int dim, tv idx);
 
-/* linalg_qr.c: LAPACK's geqrf of a [..., M, N] (f32/f64, min(M, N) <= 64):
+/* linalg_steps.c: the rank-0 s32 value j broadcast to t's shape (as s32). */
+tv lo_s32_like(ir_graph *g, tv j, ir_type t);
+/* linalg_steps.c: x[..., r:r+h, c:c+w] of a [..., R, C] value; r, c rank-0 s32 values. */
+tv lo_mat_dslice(ir_graph *g, tv x, tv r, tv c, int64_t h, int64_t w);
+/* linalg_steps.c: x [..., R, C] with u [..., h, w] written at (r, c), rank-0 s32 values. */
+tv lo_mat_dput(ir_graph *g, tv x, tv u, tv r, tv c);
+/* linalg_steps.c: st[0..n) = step(st, j) for j = 0 .. k-1 (j a rank-0 s32 value of the
+ * graph step builds in): unrolled when k <= unroll_max, else one stablehlo.while (ir_loop,
+ * n <= IR_LOOP_MAX; step then builds in the loop body and must read only st and j). */
+typedef void (*lo_step_fn)(ir_graph *g, tv *st, tv j);
+void lo_run_steps(ir_graph *g, tv *st, int n, int64_t k, int64_t unroll_max, lo_step_fn step);
+/* linalg_qr.c: LAPACK's geqrf of a [..., M, N] (f32/f64):
  * the factored matrix (R on and above the diagonal, reflectors below) and
  * tau [..., min(M, N)]. */
 tv lo_geqrf(ir_graph *g, tv a, tv *tau);

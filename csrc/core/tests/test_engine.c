@@ -673,6 +673,43 @@ static void test_ir_fft_cholesky_trisolve(void) {
   ir_graph_destroy(g);
 }
 
+/* Counted loops (ir/loop.c) nested two deep, printed as stablehlo.while: the
+ * outer body runs an inner loop (y + 1, 4 trips; an argmax inside for the
+ * region-local names), doubles its result and writes the counter at z[i] by
+ * dynamic_update_slice. x = [1, 2]: 2 (x + 4) three times -> [64, 72]. */
+static void test_ir_nested_loops(void) {
+  int64_t d2 = 2, d3 = 3;
+  float x[2] = {1, 2};
+  ir_graph *g = ir_graph_create();
+  tv px = ir_param(g, ir_make_type(TPUC_F32, 1, &d2));
+  tv init[2] = {px, ir_splat(g, ir_make_type(TPUC_F32, 1, &d3), 0)}, res[2];
+  ir_loop lo, li;
+  CHECK(ir_loop_begin(g, &lo, init, 2));
+  ir_graph *ob = lo.body;
+  tv y0 = lo.vals[0], y1;
+  CHECK(ir_loop_begin(ob, &li, &y0, 1));
+  ir_graph *ib = li.body;
+  tv mx, at;
+  ir_argreduce(ib, li.vals[0], 0, true, TPUC_S32, &mx, &at);
+  tv step = ir_binary(ib, IR_ADD, li.vals[0], ir_splat(ib, ir_type_of(ib, li.vals[0]), 1));
+  ir_loop_end(ob, &li, 4, &step, &y1);
+  tv next[2] = {ir_binary(ob, IR_MUL, y1, ir_splat(ob, ir_type_of(ob, y1), 2)),
+                ir_dynamic_update_slice(ob, lo.vals[1],
+                                        ir_reshape(ob, ir_convert(ob, lo.counter, TPUC_F32), 1,
+                                                   (int64_t[]){1}),
+                                        &lo.counter)};
+  ir_loop_end(g, &lo, 3, next, res);
+  CHECK(!ir_error(g));
+  ir_output(g, res[0]);
+  ir_output(g, res[1]);
+  tpuc_buffer *b = up(TPUC_F32, 1, &d2, x);
+  float got[2], z[3];
+  if (run_graph(g, &b, 1, 0, got, sizeof got)) CHECK(got[0] == 64 && got[1] == 72);
+  if (run_graph(g, &b, 1, 1, z, sizeof z)) CHECK(z[0] == 0 && z[1] == 1 && z[2] == 2);
+  tpuc_buffer_release(b);
+  ir_graph_destroy(g);
+}
+
 static void test_ir_errors_are_reported(void) {
   ir_graph *g = ir_graph_create();
   int64_t d2 = 2, d3 = 3;
@@ -681,6 +718,15 @@ static void test_ir_errors_are_reported(void) {
   CHECK(ir_binary(g, IR_ADD, a, b) == IR_NONE);
   CHECK(ir_error(g) && strstr(ir_error(g), "differ"));
   CHECK(ir_emit(g, "t", NULL) == NULL);
+  ir_graph_destroy(g);
+  /* a loop whose next value has another type than its carried value */
+  g = ir_graph_create();
+  a = ir_param(g, ir_make_type(TPUC_F32, 1, &d2));
+  ir_loop l;
+  CHECK(ir_loop_begin(g, &l, &a, 1));
+  tv bad = ir_splat(l.body, ir_make_type(TPUC_F32, 1, &d3), 0), r;
+  ir_loop_end(g, &l, 2, &bad, &r);
+  CHECK(r == IR_NONE && ir_error(g) && strstr(ir_error(g), "loop body"));
   ir_graph_destroy(g);
 }
 
@@ -717,6 +763,7 @@ int main(void) {
   RUN(test_ir_reduce_window_gather_scatter);
   RUN(test_ir_dot_conv_misc);
   RUN(test_ir_fft_cholesky_trisolve);
+  RUN(test_ir_nested_loops);
   RUN(test_ir_errors_are_reported);
   tpuc_runtime_destroy(rt);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
