@@ -339,20 +339,21 @@ def write(root: str, machine: dict, quick: bool) -> str:
         if r.get("rows"):
             L += ["| size | contender | first step, cold s | warm s | steady s | cold / steady | "
                   "warm / steady | cold / CPU's first | 10 steps, cold s | programs | "
-                  "compile s (cold) | ops queued | host ops |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "compile s (cold) | ops queued | host ops | preloaded (warm) | load s (warm) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for row in r["rows"]:
                 ten = _num(row.get("cold_ten_s"), ".2f")
                 if row.get("warm_first_s") is None:
                     L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
-                             f"| {row['steady_s']:.3f} | | | | {ten} | | | | |")
+                             f"| {row['steady_s']:.3f} | | | | {ten} | | | | | | |")
                     continue
                 L.append(f"| {row['size']} | {row['contender']} | {row['cold_first_s']:.2f} | "
                          f"{row['warm_first_s']:.2f} | {row['steady_s']:.3f} | "
                          f"{row['cold_over_steady']:.1f}x | {row['warm_over_steady']:.1f}x | "
                          f"{row['cold_over_cpu_first']:.1f}x | {ten} | {row['programs']} | "
                          f"{_num(row.get('cold_compile_s'), '.2f')} | {row['ops_queued']} | "
-                         f"{row.get('host_first_ops', 0)} |")
+                         f"{row.get('host_first_ops', 0)} | {row.get('warm_preloaded', '')} | "
+                         f"{_num(row.get('warm_load_s'), '.3f')} |")
             L.append("")
     if "memory" in res:
         r = res["memory"]

@@ -37,7 +37,9 @@ class _Desc(ctypes.Structure):
 
 class _Options(ctypes.Structure):
     _fields_ = [("plugin_path", ctypes.c_char_p), ("cpu_device_count", ctypes.c_int),
-                ("cache_dir", ctypes.c_char_p), ("cache_max_bytes", ctypes.c_int64)]
+                ("cache_dir", ctypes.c_char_p), ("cache_max_bytes", ctypes.c_int64),
+                ("cache_preload", ctypes.c_int),  # 0: $TPUC_CACHE_PRELOAD
+                ("_reserved", ctypes.c_int64 * 16)]  # zeros for fields a newer core may add
 
 
 class _Core:

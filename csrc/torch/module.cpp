@@ -75,6 +75,8 @@ py::dict runtime_stats() {
   d["disk_corrupt"] = rs.disk_corrupt;
   d["disk_evictions"] = rs.disk_evictions;
   d["load_seconds"] = rs.load_seconds;
+  d["preloaded"] = rs.preloaded;
+  d["preload_seconds"] = rs.preload_seconds;
   d["donations"] = rs.donations;
   d["recompiles"] = os.recompiles;
   int64_t fr[4] = {0, 0, 0, 0};

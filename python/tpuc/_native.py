@@ -27,6 +27,8 @@ class _RuntimeOptions(ctypes.Structure):
         ("cpu_device_count", ctypes.c_int),
         ("cache_dir", ctypes.c_char_p),
         ("cache_max_bytes", ctypes.c_int64),
+        ("cache_preload", ctypes.c_int),  # 0: $TPUC_CACHE_PRELOAD, < 0: off
+        ("_reserved", ctypes.c_int64 * 16),  # zeros for fields a newer core may add
     ]
 
 
@@ -149,7 +151,8 @@ def _version3(v: ctypes.Array) -> str | None:
 def describe(plugin_path: str, cpu_device_count: int = 0) -> RuntimeDescription:
     """Loads the plugin, creates a client, describes it and destroys the client."""
     l = lib()
-    opts = _RuntimeOptions(plugin_path.encode(), cpu_device_count, None, 0)
+    # a look at the devices, destroyed at once: no preload of the disk cache
+    opts = _RuntimeOptions(plugin_path.encode(), cpu_device_count, None, 0, -1)
     rt = ctypes.c_void_p()
     _check(l.tpuc_runtime_create(ctypes.byref(opts), ctypes.byref(rt)))
     try:
@@ -278,7 +281,7 @@ def describe_multiprocess(plugin_path: str, process_id: int, num_processes: int,
     ``kv``, describes what the plugin made of it, and destroys it."""
     l = lib()
     _bind_multiprocess(l)
-    opts = _RuntimeOptions(plugin_path.encode(), cpu_device_count, b"off", 0)
+    opts = _RuntimeOptions(plugin_path.encode(), cpu_device_count, b"off", 0, -1)
     popts = _ProcessOptions(process_id, num_processes,
                             ctypes.pointer(kv.struct) if kv is not None else None)
     rt = ctypes.c_void_p()

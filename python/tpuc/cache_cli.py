@@ -34,7 +34,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-MAGIC = b"TPUCEXE1"
+# format 1: the executable alone; format 2: with its program text and compile options
+# (so that a new process can preload it into memory, csrc/core/runtime/preload.c)
+MAGICS = (b"TPUCEXE1", b"TPUCEXE2")
 HEADER_SIZE = 8 + 32 + 8 + 8
 _NAME = re.compile(r"^[0-9a-f]{64}\.tpx$")
 MANIFEST = "tpuc-cache.json"
@@ -84,7 +86,7 @@ def check_entry(name: str, data: bytes) -> str | None:
     again)."""
     if not _NAME.match(name):
         return "not a cache entry's name"
-    if len(data) < HEADER_SIZE or data[:8] != MAGIC:
+    if len(data) < HEADER_SIZE or data[:8] not in MAGICS:
         return "no tpuc executable header"
     if data[8:40].hex() != name[:64]:
         return "its header names another key"

@@ -35,7 +35,7 @@ def _write(path: str, res: dict[str, Any]) -> None:
 
 def _tpu_stats(torch: Any) -> dict[str, Any]:
     st = torch.tpu.stats()
-    keep = ("compiles", "cached_executables", "disk_hits", "disk_misses", "disk_writes",
+    keep = ("compiles", "cached_executables", "disk_hits", "preloaded", "disk_misses", "disk_writes",
             "compile_seconds", "load_seconds", "executions", "flushes", "dynamo_compiles",
             "recompiles", "fused_replays", "graph_replays")
     out = {k: st.get(k) for k in keep}

@@ -79,6 +79,10 @@ typedef struct {
   const char *cache_dir;
   /* Bound of that directory in bytes; 0: $TPUC_CACHE_MAX_BYTES, else 4 GiB. */
   int64_t cache_max_bytes;
+  /* The preload of that directory into memory at creation (a background
+   * thread): 0: $TPUC_CACHE_PRELOAD (default on); < 0: off; N > 0: at most N
+   * programs (and $TPUC_CACHE_PRELOAD_MAX_MB). */
+  int cache_preload;
 } tpuc_runtime_options;
 
 /* Loads the plugin (once per process; plugins are never unloaded), creates a
@@ -216,10 +220,12 @@ typedef struct {
   int64_t disk_writes;     /* executables written to the disk cache */
   int64_t disk_corrupt;    /* bad files found, removed and recompiled */
   int64_t disk_evictions;  /* files removed to respect the size bound */
-  double load_seconds;     /* wall time spent loading cached executables */
+  double load_seconds;     /* wall time spent loading cached executables on demand */
   int64_t donations;       /* argument buffers a program reused for its outputs */
   int64_t compiles_ahead;  /* programs handed to the compile pool ahead of need */
   int64_t compile_joins;   /* compile requests that waited for the same compile in flight */
+  int64_t preloaded;       /* executables the preload put in the memory cache ahead of use */
+  double preload_seconds;  /* wall time the preload's thread spent loading them */
 } tpuc_runtime_stats;
 
 void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out);
@@ -445,8 +451,8 @@ void tpuc_set_check_bounds(tpuc_runtime *rt, bool on);
 bool tpuc_get_check_bounds(tpuc_runtime *rt);
 /* Ops recorded and not yet run on `device` (-1: all devices). */
 int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
-/* Stops the compiles that run beside the caller (compile-ahead's and
- * host-first's pool): those not started are dropped, running ones are
+/* Stops the compiles and loads that run beside the caller (compile-ahead's and
+ * host-first's pool, the disk cache's preload): those not started are dropped, running ones are
  * waited for, and from then on every compile runs on its caller. For
  * process exit: a compile still running while the plugin's static
  * destructors run crashes in LLVM (the glue calls this from atexit). */

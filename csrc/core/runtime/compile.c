@@ -4,7 +4,9 @@
  * platform version, PJRT API version); a hit also compares the full text, so
  * a hash collision can never return the wrong program. Each executable
  * records its output dtypes and shapes once, so that running it needs no
- * further queries to the plugin. */
+ * further queries to the plugin. Programs the preload (preload.c) put there
+ * come in through tpuc_cache_preload, as a compile in flight that requests
+ * for the same program wait for. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -71,6 +73,8 @@ struct tpuc_cache_entry {
   size_t len;
   tpuc_executable *exe;
   tpuc_cache_entry *next;
+  bool touch;              /* preloaded, not used yet: its first use marks the file used */
+  unsigned char dkey[32];  /* (then) its disk key */
 };
 
 static uint64_t program_key(const tpuc_runtime *rt, const char *text, size_t len,
@@ -83,11 +87,17 @@ static uint64_t program_key(const tpuc_runtime *rt, const char *text, size_t len
   return tpuc_hash64(v, sizeof v, h);
 }
 
-static tpuc_executable *cache_find(tpuc_runtime *rt, uint64_t key, const char *text, size_t len) {
+static tpuc_cache_entry *cache_entry(tpuc_runtime *rt, uint64_t key, const char *text,
+                                     size_t len) {
   if (!rt->cache_nbuckets) return NULL;
   for (tpuc_cache_entry *e = rt->cache_buckets[key % rt->cache_nbuckets]; e; e = e->next)
-    if (e->key == key && e->len == len && !memcmp(e->text, text, len)) return e->exe;
+    if (e->key == key && e->len == len && !memcmp(e->text, text, len)) return e;
   return NULL;
+}
+
+static tpuc_executable *cache_find(tpuc_runtime *rt, uint64_t key, const char *text, size_t len) {
+  tpuc_cache_entry *e = cache_entry(rt, key, text, len);
+  return e ? e->exe : NULL;
 }
 
 static bool cache_grow(tpuc_runtime *rt) {
@@ -106,25 +116,29 @@ static bool cache_grow(tpuc_runtime *rt) {
   return true;
 }
 
-static void cache_insert(tpuc_runtime *rt, uint64_t key, const char *text, size_t len,
-                         tpuc_executable *exe) {
-  if (rt->cache_count >= rt->cache_nbuckets && !cache_grow(rt) && !rt->cache_nbuckets) return;
+static bool cache_insert(tpuc_runtime *rt, uint64_t key, const char *text, size_t len,
+                         tpuc_executable *exe, const unsigned char *dkey) {
+  if (rt->cache_count >= rt->cache_nbuckets && !cache_grow(rt) && !rt->cache_nbuckets)
+    return false;
   tpuc_cache_entry *e = malloc(sizeof *e);
   char *copy = malloc(len ? len : 1);
   if (!e || !copy) { /* not cached: still correct, only slower */
     free(e);
     free(copy);
-    return;
+    return false;
   }
   memcpy(copy, text, len);
   e->key = key;
   e->text = copy;
   e->len = len;
   e->exe = tpuc_executable_retain(exe);
+  e->touch = dkey != NULL;
+  if (dkey) memcpy(e->dkey, dkey, sizeof e->dkey);
   size_t b = key % rt->cache_nbuckets;
   e->next = rt->cache_buckets[b];
   rt->cache_buckets[b] = e;
   rt->cache_count++;
+  return true;
 }
 
 void tpuc_cache_clear(tpuc_runtime *rt) {
@@ -304,6 +318,16 @@ static bool inflight_find(const tpuc_runtime *rt, const struct tpuc_inflight *q)
   return false;
 }
 
+/* Whether x was compiled with the options tpuc_compile gives a bound one
+ * (perhaps followed by a per-op program's option overrides). */
+static void mark_bound(const tpuc_runtime *rt, tpuc_executable *x, const proto_buf *opts) {
+  if (!rt->single_device) return;
+  proto_buf bound;
+  encode_compile_options(&bound, 1, 1, false);
+  x->bound = opts->len >= bound.len && !memcmp(opts->bytes, bound.bytes, bound.len) &&
+             (opts->len == bound.len || opts->bytes[bound.len] == (7 << 3 | 2));
+}
+
 /* A program in neither memory cache nor flight: from the disk tier, else
  * compiled (and then written to disk). */
 static tpuc_status *compile_miss(tpuc_runtime *rt, const char *text, size_t len,
@@ -313,15 +337,16 @@ static tpuc_status *compile_miss(tpuc_runtime *rt, const char *text, size_t len,
   unsigned char dkey[32];
   pj_loaded_executable *from_disk = NULL;
   int lock = -1;
+  const tpuc_disk_program prog = {text, len, opts->bytes, opts->len};
   if (rt->disk_dir) {
     tpuc_disk_key(rt, text, len, opts->bytes, opts->len, dkey);
-    s = tpuc_disk_load(rt, dkey, &from_disk);
+    s = tpuc_disk_load(rt, dkey, &prog, &from_disk);
     if (s) return s;
     if (!from_disk) {
       /* another process may be compiling this program right now: wait for
        * it and load its result rather than compile it a second time */
       lock = tpuc_disk_lock(rt, dkey);
-      if (lock >= 0) s = tpuc_disk_reload(rt, dkey, &from_disk);
+      if (lock >= 0) s = tpuc_disk_reload(rt, dkey, &prog, &from_disk);
       if (s) {
         tpuc_disk_unlock(rt, dkey, lock);
         return s;
@@ -332,17 +357,11 @@ static tpuc_status *compile_miss(tpuc_runtime *rt, const char *text, size_t len,
     s = wrap_executable(rt, from_disk, &x);
   } else {
     s = compile_uncached(rt, text, len, opts, &x);
-    if (!s && rt->disk_dir) tpuc_disk_store(rt, dkey, x->exe);
+    if (!s && rt->disk_dir) tpuc_disk_store(rt, dkey, &prog, x->exe);
   }
   tpuc_disk_unlock(rt, dkey, lock);
   if (s) return s;
-  if (rt->single_device) { /* the options tpuc_compile gives a bound one (perhaps
-                              * followed by a per-op program's option overrides) */
-    proto_buf bound;
-    encode_compile_options(&bound, 1, 1, false);
-    x->bound = opts->len >= bound.len && !memcmp(opts->bytes, bound.bytes, bound.len) &&
-               (opts->len == bound.len || opts->bytes[bound.len] == (7 << 3 | 2));
-  }
+  mark_bound(rt, x, opts);
   *out = x;
   return NULL;
 }
@@ -429,7 +448,8 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
   uint64_t key = program_key(rt, text, len, &opts);
 
   pthread_mutex_lock(&rt->cache_lock);
-  tpuc_executable *hit = cache_find(rt, key, text, len);
+  tpuc_cache_entry *ce = cache_entry(rt, key, text, len);
+  tpuc_executable *hit = ce ? ce->exe : NULL;
   if (hit) rt->cache_hits++;
   else rt->cache_misses++;
   /* the same program being compiled by another thread (a compile ahead of
@@ -438,11 +458,22 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
   while (!hit && inflight_find(rt, &me)) {
     rt->compile_joins++;
     pthread_cond_wait(&rt->compile_done, &rt->cache_lock);
-    hit = cache_find(rt, key, text, len); /* NULL: it failed; compile it here */
+    ce = cache_entry(rt, key, text, len); /* NULL: it failed; compile it here */
+    hit = ce ? ce->exe : NULL;
+  }
+  unsigned char touch[32];
+  bool touched = ce && ce->touch;
+  if (touched) { /* a preloaded program's first use: its file is used now */
+    ce->touch = false;
+    memcpy(touch, ce->dkey, sizeof touch);
+    rt->preload_used++; /* room in the preload's window */
+    rt->preload_paused = false;
+    pthread_cond_broadcast(&rt->preload_cv);
   }
   if (hit) {
     *out = tpuc_executable_retain(hit);
     pthread_mutex_unlock(&rt->cache_lock);
+    if (touched) tpuc_disk_touch(rt, touch);
     return NULL;
   }
   me.next = rt->inflight;
@@ -466,7 +497,7 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
       tpuc_executable_release(x);
       x = tpuc_executable_retain(raced);
     } else {
-      cache_insert(rt, key, text, len, x);
+      cache_insert(rt, key, text, len, x, NULL);
     }
   }
   pthread_cond_broadcast(&rt->compile_done);
@@ -474,6 +505,50 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
   if (s) return s;
   *out = x;
   return NULL;
+}
+
+int tpuc_cache_preload(tpuc_runtime *rt, const char *text, size_t len, const void *opt_bytes,
+                       size_t opt_len, const unsigned char dkey[32], const void *payload,
+                       size_t payload_len) {
+  proto_buf opts;
+  if (!len || opt_len > sizeof opts.bytes) return 0;
+  memcpy(opts.bytes, opt_bytes, opt_len);
+  opts.len = opt_len;
+  uint64_t key = program_key(rt, text, len, &opts);
+  pthread_mutex_lock(&rt->cache_lock);
+  struct tpuc_inflight me = {key, text, len, NULL};
+  if (cache_find(rt, key, text, len) || inflight_find(rt, &me)) {
+    pthread_mutex_unlock(&rt->cache_lock);
+    return 0; /* already loaded, or being loaded or compiled by its requester */
+  }
+  me.next = rt->inflight; /* from here a request for it waits for this load */
+  rt->inflight = &me;
+  pthread_mutex_unlock(&rt->cache_lock);
+
+  pj_loaded_executable *exe = NULL;
+  double secs = 0;
+  tpuc_executable *x = NULL;
+  bool ok = tpuc_disk_deserialize(rt, payload, payload_len, &exe, &secs);
+  tpuc_status *s = ok ? wrap_executable(rt, exe, &x) : NULL;
+  if (s) { /* out of host memory, or the plugin cannot describe it: leave it to its requester */
+    tpuc_status_destroy(s);
+    x = NULL;
+  }
+  if (x) mark_bound(rt, x, &opts);
+
+  pthread_mutex_lock(&rt->cache_lock);
+  for (struct tpuc_inflight **pp = &rt->inflight; *pp; pp = &(*pp)->next)
+    if (*pp == &me) {
+      *pp = me.next;
+      break;
+    }
+  rt->preload_seconds += secs;
+  if (x && !cache_find(rt, key, text, len) && cache_insert(rt, key, text, len, x, dkey))
+    rt->preloaded++;
+  pthread_cond_broadcast(&rt->compile_done); /* waiters find it, or (NULL) compile it */
+  pthread_mutex_unlock(&rt->cache_lock);
+  tpuc_executable_release(x);
+  return ok ? 1 : -1;
 }
 
 /* The device barrier of tpuc_synchronize (execute.c): a program of no

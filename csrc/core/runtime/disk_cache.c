@@ -6,8 +6,14 @@
  * A file is named by the SHA-256 of (program text, compile options, platform
  * name and version, PJRT API version, the plugin's XLA version, the device
  * kind, on the XLA CPU plugin the host CPU's flags, $XLA_FLAGS) and holds a header (magic, that key,
- * payload length, payload checksum) followed by the plugin's serialized
- * executable. Writes go to a temporary file that is renamed into place, so
+ * body length, body checksum) followed by the body. Format 2 ("TPUCEXE2"):
+ * the body is the program text's and the compile options' lengths (two
+ * little-endian u64), the text, the options, then the plugin's serialized
+ * executable -- the text is what the memory cache is keyed by, so preload.c can
+ * load a file without being asked for its program. Format 1 ("TPUCEXE1", tpuc
+ * before the preload): the body is the executable alone; such a file still
+ * loads on demand and is rewritten as format 2 then (the program is at hand).
+ * Writes go to a temporary file that is renamed into place, so
  * readers in other processes see a whole file or none. A file that fails any
  * check (truncated, corrupt, another key) is removed and the program is
  * compiled again. The directory is bounded by TPUC_CACHE_MAX_BYTES (default
@@ -35,7 +41,8 @@
 #include "internal.h"
 #include "sha256.h"
 
-#define MAGIC "TPUCEXE1"
+#define MAGIC1 "TPUCEXE1"
+#define MAGIC2 "TPUCEXE2"
 #define HEADER_SIZE (8 + 32 + 8 + 8)
 #define DEFAULT_MAX_BYTES (4ll << 30)
 
@@ -78,6 +85,7 @@ static char *host_isa(void) {
 void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes) {
   rt->disk_dir = NULL;
   rt->disk_host_isa = NULL;
+  rt->disk_last_use.tv_sec = 0; /* the first use starts a burst */
   if (tpuc_plugin_kind_of(rt->plugin.path) == TPUC_PLUGIN_CPU) rt->disk_host_isa = host_isa();
   const char *d = dir ? dir : getenv("TPUC_CACHE_DIR");
   char buf[4096];
@@ -140,8 +148,7 @@ static void count(tpuc_runtime *rt, int64_t *field) {
   pthread_mutex_unlock(&rt->cache_lock);
 }
 
-/* Reads the whole file; NULL if missing or unreadable. */
-static unsigned char *read_file(const char *path, size_t *len) {
+unsigned char *tpuc_read_whole_file(const char *path, size_t *len) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) return NULL;
   struct stat st;
@@ -164,17 +171,115 @@ static unsigned char *read_file(const char *path, size_t *len) {
   return buf;
 }
 
+bool tpuc_disk_parse(const unsigned char *buf, size_t len, tpuc_disk_entry *e) {
+  memset(e, 0, sizeof *e);
+  if (len < HEADER_SIZE) return false;
+  if (!memcmp(buf, MAGIC1, 8)) e->version = 1;
+  else if (!memcmp(buf, MAGIC2, 8)) e->version = 2;
+  else return false;
+  uint64_t blen, sum;
+  memcpy(e->key, buf + 8, 32);
+  memcpy(&blen, buf + 40, 8);
+  memcpy(&sum, buf + 48, 8);
+  if (blen != len - HEADER_SIZE || tpuc_hash64(buf + HEADER_SIZE, blen, 0) != sum) return false;
+  const unsigned char *body = buf + HEADER_SIZE;
+  if (e->version == 1) {
+    e->payload = body;
+    e->payload_len = blen;
+    return true;
+  }
+  uint64_t tl, ol;
+  if (blen < 16) return false;
+  memcpy(&tl, body, 8);
+  memcpy(&ol, body + 8, 8);
+  if (tl > blen - 16 || ol > blen - 16 - tl) return false;
+  e->text = (const char *)body + 16;
+  e->text_len = tl;
+  e->opts = body + 16 + tl;
+  e->opts_len = ol;
+  e->payload = body + 16 + tl + ol;
+  e->payload_len = blen - 16 - tl - ol;
+  return true;
+}
+
+bool tpuc_disk_deserialize(tpuc_runtime *rt, const void *payload, size_t len,
+                           pj_loaded_executable **out, double *seconds) {
+  *out = NULL;
+  *seconds = 0;
+  pj_generic_fn fn = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin,
+                                                   PJ_SLOT_EXECUTABLE_DESERIALIZE_AND_LOAD);
+  if (!fn) return false;
+  pj_deserialize_and_load_args a = {0};
+  a.struct_size = PJ_SIZE(pj_deserialize_and_load_args, load_options);
+  a.client = rt->client;
+  a.serialized_executable = (const char *)payload;
+  a.serialized_executable_size = len;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  tpuc_status *s = tpuc_plugin_error(&rt->plugin, fn(&a), "loading a cached executable");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  if (s) { /* the plugin refused it (another plugin build): the caller treats it as corrupt */
+    tpuc_status_destroy(s);
+    return false;
+  }
+  *out = a.loaded_executable;
+  return true;
+}
+
+void tpuc_disk_remove_bad(tpuc_runtime *rt, const char *path) {
+  unlink(path);
+  pthread_mutex_lock(&rt->cache_lock);
+  rt->disk_corrupt++;
+  pthread_mutex_unlock(&rt->cache_lock);
+}
+
+void tpuc_disk_touch(tpuc_runtime *rt, const unsigned char key[32]) {
+  if (!rt->disk_dir) return;
+  char path[4200];
+  key_path(rt, key, path, sizeof path);
+  /* Dated at the start of the burst of uses it belongs to (uses less than a
+   * second apart, e.g. a first step's), less a microsecond per use before it
+   * in the burst: among a burst's entries the first used is the newest, so
+   * newest-first is the order they were needed in (preload.c); between
+   * bursts the later one is newer (least-recently-used eviction). */
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  pthread_mutex_lock(&rt->cache_lock);
+  double gap = (double)(now.tv_sec - rt->disk_last_use.tv_sec) +
+               1e-9 * (double)(now.tv_nsec - rt->disk_last_use.tv_nsec);
+  if (gap > 1.0 || gap < 0) {
+    rt->disk_epoch = now;
+    rt->disk_uses = 0;
+  }
+  rt->disk_last_use = now;
+  long long k = rt->disk_uses++;
+  struct timespec t[2] = {{0, UTIME_OMIT}, rt->disk_epoch};
+  pthread_mutex_unlock(&rt->cache_lock);
+  t[1].tv_sec -= (time_t)(k / 1000000);
+  t[1].tv_nsec -= (long)(k % 1000000) * 1000;
+  if (t[1].tv_nsec < 0) {
+    t[1].tv_nsec += 1000000000L;
+    t[1].tv_sec--;
+  }
+  utimensat(AT_FDCWD, path, t, 0);
+}
+
+static bool write_entry(tpuc_runtime *rt, const unsigned char key[32],
+                        const tpuc_disk_program *prog, const void *payload, size_t plen);
+
 static tpuc_status *disk_load(tpuc_runtime *rt, const unsigned char key[32],
-                              pj_loaded_executable **out, bool count_miss);
+                              const tpuc_disk_program *prog, pj_loaded_executable **out,
+                              bool count_miss);
 
 tpuc_status *tpuc_disk_load(tpuc_runtime *rt, const unsigned char key[32],
-                            pj_loaded_executable **out) {
-  return disk_load(rt, key, out, true);
+                            const tpuc_disk_program *prog, pj_loaded_executable **out) {
+  return disk_load(rt, key, prog, out, true);
 }
 
 tpuc_status *tpuc_disk_reload(tpuc_runtime *rt, const unsigned char key[32],
-                              pj_loaded_executable **out) {
-  return disk_load(rt, key, out, false);
+                              const tpuc_disk_program *prog, pj_loaded_executable **out) {
+  return disk_load(rt, key, prog, out, false);
 }
 
 bool tpuc_disk_has(const tpuc_runtime *rt, const unsigned char key[32]) {
@@ -218,61 +323,36 @@ void tpuc_disk_unlock(tpuc_runtime *rt, const unsigned char key[32], int fd) {
 }
 
 static tpuc_status *disk_load(tpuc_runtime *rt, const unsigned char key[32],
-                              pj_loaded_executable **out, bool count_miss) {
+                              const tpuc_disk_program *prog, pj_loaded_executable **out,
+                              bool count_miss) {
   *out = NULL;
   if (!rt->disk_dir) return NULL;
   char path[4200];
   key_path(rt, key, path, sizeof path);
   size_t len = 0;
-  unsigned char *buf = read_file(path, &len);
+  unsigned char *buf = tpuc_read_whole_file(path, &len);
   if (!buf) {
     if (count_miss) count(rt, &rt->disk_misses);
     return NULL;
   }
-  uint64_t plen = 0, sum = 0;
-  bool ok = len >= HEADER_SIZE && !memcmp(buf, MAGIC, 8) && !memcmp(buf + 8, key, 32);
+  tpuc_disk_entry e;
+  bool ok = tpuc_disk_parse(buf, len, &e) && !memcmp(e.key, key, 32);
   if (ok) {
-    memcpy(&plen, buf + 40, 8);
-    memcpy(&sum, buf + 48, 8);
-    ok = plen == len - HEADER_SIZE && tpuc_hash64(buf + HEADER_SIZE, plen, 0) == sum;
-  }
-  tpuc_status *s = NULL;
-  if (ok) {
-    pj_deserialize_and_load_args a = {0};
-    a.struct_size = PJ_SIZE(pj_deserialize_and_load_args, load_options);
-    a.client = rt->client;
-    a.serialized_executable = (const char *)buf + HEADER_SIZE;
-    a.serialized_executable_size = plen;
-    pj_generic_fn fn = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin,
-                                                     PJ_SLOT_EXECUTABLE_DESERIALIZE_AND_LOAD);
-    if (!fn) {
-      free(buf);
-      count(rt, &rt->disk_misses);
-      return NULL;
-    }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    s = tpuc_plugin_error(&rt->plugin, fn(&a), "loading a cached executable");
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = 0;
+    ok = tpuc_disk_deserialize(rt, e.payload, e.payload_len, out, &secs);
     pthread_mutex_lock(&rt->cache_lock);
-    rt->load_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    rt->load_seconds += secs;
     pthread_mutex_unlock(&rt->cache_lock);
-    if (s) { /* the plugin refused it (another plugin build): treat as corrupt */
-      tpuc_status_destroy(s);
-      s = NULL;
-      ok = false;
-    } else {
-      *out = a.loaded_executable;
-    }
   }
+  /* a format-1 file: rewritten with its program, so that the next process preloads it */
+  if (ok && e.version == 1 && prog) write_entry(rt, key, prog, e.payload, e.payload_len);
   free(buf);
   if (!ok) {
-    unlink(path);
-    count(rt, &rt->disk_corrupt);
+    tpuc_disk_remove_bad(rt, path);
     count(rt, &rt->disk_misses);
     return NULL;
   }
-  utimensat(AT_FDCWD, path, NULL, 0); /* most recently used */
+  tpuc_disk_touch(rt, key); /* most recently used */
   count(rt, &rt->disk_hits);
   return NULL;
 }
@@ -338,7 +418,48 @@ static void evict(tpuc_runtime *rt) {
   free(es);
 }
 
-void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_executable *exe) {
+/* Writes an entry of format 2 under a temporary name and renames it into
+ * place; false (and a warning, once) when it cannot. */
+static bool write_entry(tpuc_runtime *rt, const unsigned char key[32],
+                        const tpuc_disk_program *prog, const void *payload, size_t plen) {
+  char path[4200], tmp[4300];
+  key_path(rt, key, path, sizeof path);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lx", path, (long)getpid(),
+           (unsigned long)(uintptr_t)&path ^ (unsigned long)time(NULL));
+  uint64_t lens[2] = {prog->len, prog->opts_len};
+  uint64_t blen = 16 + prog->len + prog->opts_len + plen;
+  unsigned char *body = malloc(blen); /* in one piece: its checksum is one hash */
+  if (!body) return false;
+  memcpy(body, lens, 16);
+  memcpy(body + 16, prog->text, prog->len);
+  if (prog->opts_len) memcpy(body + 16 + prog->len, prog->opts, prog->opts_len);
+  memcpy(body + 16 + prog->len + prog->opts_len, payload, plen);
+  uint64_t sum = tpuc_hash64(body, blen, 0);
+  unsigned char header[HEADER_SIZE];
+  memcpy(header, MAGIC2, 8);
+  memcpy(header + 8, key, 32);
+  memcpy(header + 40, &blen, 8);
+  memcpy(header + 48, &sum, 8);
+  errno = 0;
+  FILE *f = fopen(tmp, "wb");
+  bool ok = f && fwrite(header, 1, HEADER_SIZE, f) == HEADER_SIZE &&
+            fwrite(body, 1, blen, f) == blen;
+  if (f) ok = (fclose(f) == 0) && ok;
+  free(body);
+  if (ok && !rename(tmp, path)) return true;
+  int err = errno;
+  unlink(tmp);
+  /* a full or read-only disk costs only compile time later: say so once */
+  if (!atomic_exchange(&rt->disk_warned, true))
+    fprintf(stderr, "tpuc: warning: cannot write to the compile cache in %s (%s); running "
+                    "on, but new processes will compile these programs again. Free space, "
+                    "fix permissions or set TPUC_CACHE_DIR (\"off\" disables it)\n",
+            rt->disk_dir, err ? strerror(err) : "write failed");
+  return false;
+}
+
+void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], const tpuc_disk_program *prog,
+                     pj_loaded_executable *exe) {
   if (!rt->disk_dir) return;
   const tpuc_plugin *p = &rt->plugin;
   pj_generic_fn get_exe = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_LOADED_EXECUTABLE_GET_EXECUTABLE);
@@ -357,35 +478,10 @@ void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_ex
   a.struct_size = PJ_SIZE(pj_executable_serialize_args, serialized_executable_deleter);
   a.executable = g.executable;
   s = tpuc_plugin_error(p, ser(&a), NULL);
-  if (!s && a.serialized_bytes) {
-    char path[4200], tmp[4300];
-    key_path(rt, key, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lx", path, (long)getpid(),
-             (unsigned long)(uintptr_t)&a ^ (unsigned long)time(NULL));
-    unsigned char header[HEADER_SIZE];
-    uint64_t plen = a.serialized_bytes_size;
-    uint64_t sum = tpuc_hash64(a.serialized_bytes, plen, 0);
-    memcpy(header, MAGIC, 8);
-    memcpy(header + 8, key, 32);
-    memcpy(header + 40, &plen, 8);
-    memcpy(header + 48, &sum, 8);
-    errno = 0;
-    FILE *f = fopen(tmp, "wb");
-    bool ok = f && fwrite(header, 1, HEADER_SIZE, f) == HEADER_SIZE &&
-              fwrite(a.serialized_bytes, 1, plen, f) == plen;
-    if (f) ok = (fclose(f) == 0) && ok;
-    if (ok && !rename(tmp, path)) {
-      count(rt, &rt->disk_writes);
-    } else {
-      int err = errno;
-      unlink(tmp);
-      /* a full or read-only disk costs only compile time later: say so once */
-      if (!atomic_exchange(&rt->disk_warned, true))
-        fprintf(stderr, "tpuc: warning: cannot write to the compile cache in %s (%s); running "
-                        "on, but new processes will compile these programs again. Free space, "
-                        "fix permissions or set TPUC_CACHE_DIR (\"off\" disables it)\n",
-                rt->disk_dir, err ? strerror(err) : "write failed");
-    }
+  if (!s && a.serialized_bytes && write_entry(rt, key, prog, a.serialized_bytes,
+                                              a.serialized_bytes_size)) {
+    tpuc_disk_touch(rt, key);
+    count(rt, &rt->disk_writes);
   }
   tpuc_status_destroy(s);
   if (a.serialized_executable_deleter) a.serialized_executable_deleter(a.serialized_executable);

@@ -115,7 +115,23 @@ struct tpuc_runtime {
   int64_t disk_max_bytes;
   int64_t disk_hits, disk_misses, disk_writes, disk_corrupt, disk_evictions;
   atomic_bool disk_warned; /* a failed write was reported (once per runtime) */
-  double load_seconds;
+  double load_seconds; /* loads on demand (the caller waited for them) */
+  /* entries used (tpuc_disk_touch), under cache_lock: the current burst of uses
+   * (less than a second apart) began at disk_epoch and has had disk_uses so far */
+  struct timespec disk_epoch, disk_last_use;
+  int64_t disk_uses;
+  /* preload.c: the disk cache read ahead into the memory cache */
+  pthread_mutex_t preload_lock; /* one join of the thread */
+  pthread_t preload_thread;
+  bool preload_inited, preload_running;
+  int preload_pid; /* the process that started the thread (a forked child joins none) */
+  atomic_bool preload_stop;
+  int64_t preload_window, preload_max_bytes;
+  /* under cache_lock: */
+  pthread_cond_t preload_cv; /* a preloaded program used; paused; done; stop */
+  bool preload_paused, preload_done;
+  int64_t preloaded, preload_used;
+  double preload_seconds;
 
   /* the op engine's signature cache (exec/op_run.c) */
   pthread_mutex_t fast_lock;
@@ -292,13 +308,47 @@ tpuc_status *tpuc_memory_admit(tpuc_runtime *rt, int device, int64_t bytes, cons
 tpuc_status *tpuc_oom_explain(tpuc_runtime *rt, int device, tpuc_status *s, int64_t requested);
 
 /* ---- disk_cache.c ---- */
+/* The program an entry is for: its text and compile options (format 2 keeps them). */
+typedef struct {
+  const char *text;
+  size_t len;
+  const void *opts;
+  size_t opts_len;
+} tpuc_disk_program;
+/* A parsed entry, pointing into the file's bytes. */
+typedef struct {
+  int version; /* 1: the executable alone (text NULL); 2: with its program */
+  unsigned char key[32];
+  const char *text;
+  size_t text_len;
+  const unsigned char *opts;
+  size_t opts_len;
+  const unsigned char *payload;
+  size_t payload_len;
+} tpuc_disk_entry;
 void tpuc_disk_cache_init(tpuc_runtime *rt, const char *dir, int64_t max_bytes);
 void tpuc_disk_key(const tpuc_runtime *rt, const char *text, size_t len, const void *opts,
                    size_t opts_len, unsigned char key[32]);
-/* *out = the cached executable, or NULL (a miss; a bad file is removed). */
+/* *out = the cached executable, or NULL (a miss; a bad file is removed). A
+ * format-1 file is rewritten as format 2 with `prog` (NULL: left as it is). */
 tpuc_status *tpuc_disk_load(tpuc_runtime *rt, const unsigned char key[32],
-                            pj_loaded_executable **out);
-void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], pj_loaded_executable *exe);
+                            const tpuc_disk_program *prog, pj_loaded_executable **out);
+void tpuc_disk_store(tpuc_runtime *rt, const unsigned char key[32], const tpuc_disk_program *prog,
+                     pj_loaded_executable *exe);
+/* The whole file (malloc'ed); NULL if missing or unreadable. */
+unsigned char *tpuc_read_whole_file(const char *path, size_t *len);
+/* Whether `buf` is a well-formed entry (magic, lengths, checksum); fills *e. */
+bool tpuc_disk_parse(const unsigned char *buf, size_t len, tpuc_disk_entry *e);
+/* The plugin's load of a serialized executable; false: refused (or no such
+ * call). *seconds: the time it took, for the caller's statistic. */
+bool tpuc_disk_deserialize(tpuc_runtime *rt, const void *payload, size_t len,
+                           pj_loaded_executable **out, double *seconds);
+/* Removes a bad entry and counts it (disk_corrupt). */
+void tpuc_disk_remove_bad(tpuc_runtime *rt, const char *path);
+/* Marks an entry used (its mtime: eviction and preload order follow it): the
+ * start of the burst of uses it is in less one microsecond per use before it,
+ * so that among a burst's entries the newest is the one used first. */
+void tpuc_disk_touch(tpuc_runtime *rt, const unsigned char key[32]);
 /* The cross-process compile lock of one program (an flock on "<key>.lock" in the
  * directory): a file descriptor, or -1 (no disk tier, or no lock: compile anyway). */
 int tpuc_disk_lock(tpuc_runtime *rt, const unsigned char key[32]);
@@ -307,7 +357,23 @@ void tpuc_disk_unlock(tpuc_runtime *rt, const unsigned char key[32], int fd);
 bool tpuc_disk_has(const tpuc_runtime *rt, const unsigned char key[32]);
 /* tpuc_disk_load again under the lock (its miss was counted already). */
 tpuc_status *tpuc_disk_reload(tpuc_runtime *rt, const unsigned char key[32],
-                              pj_loaded_executable **out);
+                              const tpuc_disk_program *prog, pj_loaded_executable **out);
+
+/* ---- preload.c ---- */
+/* Starts the preload thread (setting: 0 from $TPUC_CACHE_PRELOAD, < 0 off,
+ * N > 0 at most N programs); always initialises its state. */
+void tpuc_preload_start(tpuc_runtime *rt, int setting);
+/* Waits until the preload has finished or paused (its window is full). */
+void tpuc_preload_wait(tpuc_runtime *rt);
+/* Ends it after the load under way; none runs after this returns. */
+void tpuc_preload_stop(tpuc_runtime *rt);
+void tpuc_preload_destroy(tpuc_runtime *rt);
+/* compile.c: puts a preloaded program into the memory cache unless it is there
+ * or in flight (then 0); loads it (1), or -1: the plugin refused the executable
+ * (the caller removes the file). A request for it meanwhile waits for it. */
+int tpuc_cache_preload(tpuc_runtime *rt, const char *text, size_t len, const void *opts,
+                       size_t opts_len, const unsigned char dkey[32], const void *payload,
+                       size_t payload_len);
 
 /* ---- exec/op_run.c ---- */
 void tpuc_fast_cache_clear(tpuc_runtime *rt);

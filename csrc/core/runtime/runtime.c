@@ -284,16 +284,20 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   rt->host_first_max_bytes = (hf_mb && *hf_mb ? atoll(hf_mb) : 64) << 20;
   rt->xnn_may_capture = xnn_may_capture();
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
+  tpuc_preload_start(rt, opts ? opts->cache_preload : 0);
   *out = rt;
   return NULL;
 }
 
 void tpuc_stop_background_compiles(tpuc_runtime *rt) {
-  if (rt) tpuc_compile_pool_stop(rt);
+  if (!rt) return;
+  tpuc_preload_stop(rt);
+  tpuc_compile_pool_stop(rt);
 }
 
 void tpuc_runtime_destroy(tpuc_runtime *rt) {
   if (!rt) return;
+  tpuc_preload_destroy(rt); /* before the caches and the client it loads into */
   tpuc_fused_destroy(rt);
   tpuc_compile_pool_destroy(rt); /* before the caches and the client it compiles into */
   if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
@@ -432,6 +436,8 @@ void tpuc_runtime_stats_get(tpuc_runtime *rt, tpuc_runtime_stats *out) {
   out->donations = atomic_load(&rt->donations);
   out->compiles_ahead = rt->compiles_submitted;
   out->compile_joins = rt->compile_joins;
+  out->preloaded = rt->preloaded;
+  out->preload_seconds = rt->preload_seconds;
   pthread_mutex_unlock(&rt->cache_lock);
 }
 

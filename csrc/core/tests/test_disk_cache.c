@@ -2,13 +2,17 @@
  * runtime loads what the first compiled; truncated, corrupt and foreign files
  * are detected, removed and recompiled; concurrent writers in other
  * processes leave only whole files; processes compiling the same programs at
- * once compile each one once (the lock); the directory stays under its bound. */
+ * once compile each one once (the lock); the directory stays under its bound;
+ * the preload (preload.c) loads a warm directory into memory ahead of use,
+ * most recently used first within its cap, skipping format-1 and removing bad
+ * files, and the first use of a preloaded program marks its file used. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../runtime/internal.h"
@@ -29,11 +33,16 @@ static void program(char *buf, size_t n, int k) {
            k, k);
 }
 
-static tpuc_runtime *open_rt(const char *dir, int64_t max_bytes) {
-  tpuc_runtime_options o = {NULL, 0, dir, max_bytes};
+/* preload: < 0 off (the on-demand tests count every disk hit), N > 0 at most N programs */
+static tpuc_runtime *open_rt_preload(const char *dir, int64_t max_bytes, int preload) {
+  tpuc_runtime_options o = {NULL, 0, dir, max_bytes, preload};
   tpuc_runtime *rt = NULL;
   CHECK_OK(tpuc_runtime_create(&o, &rt));
   return rt;
+}
+
+static tpuc_runtime *open_rt(const char *dir, int64_t max_bytes) {
+  return open_rt_preload(dir, max_bytes, -1);
 }
 
 /* Compiles program k, runs it on [1,2,3,4] and checks the result. */
@@ -290,6 +299,211 @@ static void test_off_disables(void) {
   tpuc_runtime_destroy(r);
 }
 
+/* Every entry whose mtime is the present gets `when` (seconds since 1970):
+ * after one compile, that is the file it wrote. */
+static void date_new_files(time_t when) {
+  DIR *d = opendir(g_dir);
+  time_t now = time(NULL);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    if (!strstr(de->d_name, ".tpx")) continue;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_dir, de->d_name);
+    struct stat st;
+    if (stat(p, &st) || now - st.st_mtime > 3600) continue;
+    struct timespec ts[2] = {{when, 0}, {when, 0}};
+    CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
+  }
+  if (d) closedir(d);
+}
+
+static int fresh_files(void) { /* entries used within the last hour */
+  DIR *d = opendir(g_dir);
+  int n = 0;
+  time_t now = time(NULL);
+  for (struct dirent *de; d && (de = readdir(d));) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_dir, de->d_name);
+    struct stat st;
+    n += strstr(de->d_name, ".tpx") && !stat(p, &st) && now - st.st_mtime < 3600;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* A warm directory is in memory before it is asked for: no disk load on the
+ * ops' path, no compile, the same results; the first use dates the file. */
+static void test_preload_loads_ahead(void) {
+  clear_dir();
+  tpuc_runtime *a = open_rt(g_dir, 0);
+  if (!a) return;
+  for (int k = 50; k < 54; k++) compile_and_check(a, k);
+  tpuc_runtime_destroy(a);
+  date_new_files(1000);
+  tpuc_runtime *b = open_rt_preload(g_dir, 0, 0);
+  if (!b) return;
+  tpuc_preload_wait(b);
+  tpuc_runtime_stats s;
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.preloaded == 4 && s.cached_executables == 4 && s.disk_hits == 0);
+  CHECK(fresh_files() == 0); /* loading ahead is not a use */
+  for (int k = 50; k < 53; k++) compile_and_check(b, k);
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.compiles == 0 && s.disk_hits == 0 && s.cache_hits == 3 && s.load_seconds == 0);
+  CHECK(fresh_files() == 3); /* the three used now, not the fourth */
+  tpuc_runtime_destroy(b);
+}
+
+/* The mtime of program k's entry (found by its text, which format 2 holds); 0: none. */
+static double program_mtime(int k) {
+  char want[32];
+  snprintf(want, sizeof want, "module @p%d {", k);
+  DIR *d = opendir(g_dir);
+  double t = 0;
+  for (struct dirent *de; d && (de = readdir(d));) {
+    if (!strstr(de->d_name, ".tpx")) continue;
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_dir, de->d_name);
+    size_t len = 0;
+    unsigned char *buf = tpuc_read_whole_file(p, &len);
+    tpuc_disk_entry e;
+    struct stat st;
+    if (buf && tpuc_disk_parse(buf, len, &e) && e.text && e.text_len > strlen(want) &&
+        !memcmp(e.text, want, strlen(want)) && !stat(p, &st))
+      t = (double)st.st_mtim.tv_sec + 1e-9 * (double)st.st_mtim.tv_nsec;
+    free(buf);
+  }
+  if (d) closedir(d);
+  return t;
+}
+
+/* Newest first, at most N loaded and unused at a time: the thread pauses
+ * with a full window and goes on as the process uses what it loaded. */
+static void test_preload_window_newest_first(void) {
+  clear_dir();
+  tpuc_runtime *a = open_rt(g_dir, 0);
+  if (!a) return;
+  for (int k = 60; k < 64; k++) {
+    compile_and_check(a, k);
+    date_new_files(1000 * (k - 59)); /* 63 is the newest */
+  }
+  tpuc_runtime_destroy(a);
+  tpuc_runtime *b = open_rt_preload(g_dir, 0, 2);
+  if (!b) return;
+  tpuc_preload_wait(b); /* paused: 63 and 62 loaded, unused */
+  tpuc_runtime_stats s;
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.preloaded == 2);
+  compile_and_check(b, 63);
+  compile_and_check(b, 62);
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.disk_hits == 0 && s.cache_hits == 2);
+  tpuc_preload_wait(b); /* room again: 61 and 60 */
+  compile_and_check(b, 60);
+  compile_and_check(b, 61);
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.preloaded == 4 && s.disk_hits == 0 && s.compiles == 0 && s.cache_hits == 4);
+  tpuc_runtime_destroy(b);
+  /* the using process dated them: the first it used is the newest */
+  double t63 = program_mtime(63), t62 = program_mtime(62), t60 = program_mtime(60),
+         t61 = program_mtime(61);
+  CHECK(t63 > t62 && t62 > t60 && t60 > t61 && t61 > 1e9);
+}
+
+/* A damaged file is removed by the preload (not loaded, not fatal); the
+ * program compiles again when asked. */
+static void test_preload_removes_bad_files(void) {
+  clear_dir();
+  tpuc_runtime *a = open_rt(g_dir, 0);
+  if (!a) return;
+  compile_and_check(a, 70);
+  tpuc_runtime_destroy(a);
+  char path[512];
+  first_file(path, sizeof path);
+  truncate_half(path);
+  a = open_rt(g_dir, 0);
+  if (!a) return;
+  compile_and_check(a, 71); /* the good one beside it */
+  tpuc_runtime_destroy(a);
+  tpuc_runtime *b = open_rt_preload(g_dir, 0, 0);
+  if (!b) return;
+  tpuc_preload_wait(b);
+  tpuc_runtime_stats s;
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.preloaded == 1 && s.disk_corrupt == 1 && access(path, F_OK) != 0);
+  compile_and_check(b, 70);
+  compile_and_check(b, 71);
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.compiles == 1 && s.cache_hits == 1);
+  tpuc_runtime_destroy(b);
+}
+
+/* A format-1 file (tpuc before the preload: the executable alone) is not
+ * preloaded, loads on demand and is rewritten as format 2 then. */
+static void test_preload_format1_upgraded_on_use(void) {
+  clear_dir();
+  tpuc_runtime *a = open_rt(g_dir, 0);
+  if (!a) return;
+  compile_and_check(a, 80);
+  tpuc_runtime_destroy(a);
+  char path[512];
+  first_file(path, sizeof path);
+  size_t len = 0;
+  unsigned char *buf = tpuc_read_whole_file(path, &len);
+  tpuc_disk_entry e;
+  CHECK(buf && tpuc_disk_parse(buf, len, &e) && e.version == 2 && e.text_len > 0);
+  if (!buf || e.version != 2) return;
+  /* the same executable in format 1 */
+  uint64_t plen = e.payload_len, sum = tpuc_hash64(e.payload, e.payload_len, 0);
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (f) {
+    fwrite("TPUCEXE1", 1, 8, f);
+    fwrite(e.key, 1, 32, f);
+    fwrite(&plen, 1, 8, f);
+    fwrite(&sum, 1, 8, f);
+    fwrite(e.payload, 1, plen, f);
+    fclose(f);
+  }
+  free(buf);
+  tpuc_runtime *b = open_rt_preload(g_dir, 0, 0);
+  if (!b) return;
+  tpuc_preload_wait(b);
+  compile_and_check(b, 80);
+  tpuc_runtime_stats s;
+  tpuc_runtime_stats_get(b, &s);
+  CHECK(s.preloaded == 0 && s.disk_hits == 1 && s.compiles == 0 && s.disk_corrupt == 0);
+  tpuc_runtime_destroy(b);
+  buf = tpuc_read_whole_file(path, &len);
+  CHECK(buf && tpuc_disk_parse(buf, len, &e) && e.version == 2);
+  free(buf);
+  tpuc_runtime *c = open_rt_preload(g_dir, 0, 0);
+  if (!c) return;
+  tpuc_preload_wait(c);
+  compile_and_check(c, 80);
+  tpuc_runtime_stats_get(c, &s);
+  CHECK(s.preloaded == 1 && s.disk_hits == 0 && s.compiles == 0);
+  tpuc_runtime_destroy(c);
+}
+
+/* Destroyed while it preloads: the thread ends first (no crash, no leak). */
+static void test_preload_stops_at_destroy(void) {
+  clear_dir();
+  tpuc_runtime *a = open_rt(g_dir, 0);
+  if (!a) return;
+  for (int k = 90; k < 98; k++) compile_and_check(a, k);
+  tpuc_runtime_destroy(a);
+  for (int i = 0; i < 3; i++) {
+    tpuc_runtime *b = open_rt_preload(g_dir, 0, 0);
+    if (!b) return;
+    tpuc_stop_background_compiles(b);
+    tpuc_runtime_stats s;
+    tpuc_runtime_stats_get(b, &s);
+    CHECK(s.preloaded <= 8);
+    compile_and_check(b, 97); /* still usable: from memory or disk */
+    tpuc_runtime_destroy(b);
+  }
+}
+
 int main(int argc, char **argv) {
   if (!getenv("TPUC_PJRT_PLUGIN")) {
     printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
@@ -326,6 +540,11 @@ int main(int argc, char **argv) {
   RUN(test_eviction_bounds_the_directory);
   RUN(test_host_cpu_flags_in_the_key);
   RUN(test_off_disables);
+  RUN(test_preload_loads_ahead);
+  RUN(test_preload_window_newest_first);
+  RUN(test_preload_removes_bad_files);
+  RUN(test_preload_format1_upgraded_on_use);
+  RUN(test_preload_stops_at_destroy);
   clear_dir();
   rmdir(g_dir);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
