@@ -113,3 +113,15 @@ def test_training_within_the_float64_bound_with_fewer_programs() -> None:
         assert rep["tpu_loss_err"] <= 8.0 * rep["cpu_loss_err"] + 64 * F32_EPS, rep
         assert rep["tpu_param_err"] <= 8.0 * rep["cpu_param_err"] + 64 * F32_EPS, rep
     assert sum(on["compiles_per_step"]) < sum(off["compiles_per_step"]), (on, off)
+
+
+def test_user_kernels_get_inputs_in_their_shapes_from_rank_1_buffers() -> None:
+    """tpuc.kernel passes each input as a buffer of exactly its tensor's shape: with
+    TPUC_FLAT_BUFFERS=1 a storage's buffer is rank 1, and a reshaping program gives the
+    kernel its [16, 128] input (test_kernel's own cases, run again in that mode)."""
+    env = dict(os.environ, TPUC_FLAT_BUFFERS="1", TPUC_CACHE_DIR="off")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        os.path.join(HERE, "test_kernel.py"), "-k",
+                        "values_and_gradients_eager or noncontiguous_input_and_view"],
+                       capture_output=True, text=True, env=env, timeout=600, cwd=HERE)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

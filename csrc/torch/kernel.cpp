@@ -29,17 +29,27 @@ c10::ScalarType torch_dtype(tpuc_dtype d) {
   TORCH_CHECK(false, "tpuc.kernel: a kernel result of an element type torch has no dtype for");
 }
 
-// The storage's buffer when it is exactly `t` (dense, offset 0, same dtype
-// and dims, the whole storage); nullptr otherwise.
-tpuc_buffer* exact_buffer(const at::Tensor& t) {
+// The storage's buffer when `t` is the whole storage, dense, in the buffer's
+// dtype (in whatever dims); nullptr otherwise (a view, a part, another dtype).
+tpuc_buffer* whole_buffer(const at::Tensor& t) {
   tpuc_dtype dt;
   if (!to_tpuc_dtype(t.scalar_type(), &dt) || !t.is_contiguous() || t.storage_offset() != 0)
     return nullptr;
   tpuc_storage* s = storage_of(t);
   if (tpuc_storage_nbytes(s) != static_cast<size_t>(t.numel()) * t.element_size()) return nullptr;
   tpuc_buffer* b = tpuc_storage_get_buffer(s);
+  if (b && tpuc_buffer_dtype(b) != dt) {
+    tpuc_buffer_release(b);
+    return nullptr;
+  }
+  return b;
+}
+
+// The storage's buffer when it is exactly `t` (whole_buffer in t's dims); nullptr otherwise.
+tpuc_buffer* exact_buffer(const at::Tensor& t) {
+  tpuc_buffer* b = whole_buffer(t);
   if (!b) return nullptr;
-  bool same = tpuc_buffer_dtype(b) == dt && tpuc_buffer_ndim(b) == t.dim();
+  bool same = tpuc_buffer_ndim(b) == t.dim();
   for (int64_t d = 0; same && d < t.dim(); ++d) same = tpuc_buffer_dims(b)[d] == t.size(d);
   if (same) return b;
   tpuc_buffer_release(b);
@@ -47,19 +57,12 @@ tpuc_buffer* exact_buffer(const at::Tensor& t) {
 }
 
 // The storage's buffer given `t`'s dims: it holds t's elements in another
-// shape (TPUC_FLAT_BUFFERS keeps every storage's buffer rank 1), so a one-op
+// shape (TPUC_FLAT_BUFFERS=1 keeps storages' buffers rank 1), so a one-op
 // program reshapes it (a copy at most; compiled once per shape, cached).
 tpuc_buffer* reshaped_buffer(tpuc_runtime* rt, int device, const at::Tensor& t) {
-  tpuc_dtype dt;
-  if (!to_tpuc_dtype(t.scalar_type(), &dt) || !t.is_contiguous() || t.storage_offset() != 0)
-    return nullptr;
-  tpuc_storage* s = storage_of(t);
-  if (tpuc_storage_nbytes(s) != static_cast<size_t>(t.numel()) * t.element_size()) return nullptr;
-  tpuc_buffer* b = tpuc_storage_get_buffer(s);
-  if (!b || tpuc_buffer_dtype(b) != dt) {
-    if (b) tpuc_buffer_release(b);
-    return nullptr;
-  }
+  tpuc_buffer* b = whole_buffer(t);
+  if (!b) return nullptr;
+  tpuc_dtype dt = tpuc_buffer_dtype(b);
   auto type = [&](int ndim, const int64_t* dims) {
     std::string r = "tensor<";
     for (int d = 0; d < ndim; ++d) r += std::to_string(dims[d]) + "x";
