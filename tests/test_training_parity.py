@@ -54,7 +54,7 @@ def test_difftest_slice(switches: str) -> None:
     """The differential tester's CI slice: random programs from fixed seeds for a bounded
     time (make difftest runs the long budget), with the engine's rewrites on (the default)
     and all off. A finding prints its program."""
-    seconds = os.environ.get("TPUC_DIFFTEST_SECONDS", "60" if switches == "on" else "30")
+    seconds = os.environ.get("TPUC_DIFFTEST_SECONDS", "45" if switches == "on" else "20")
     env = dict(os.environ, **(SWITCHES_OFF if switches == "off" else {}))
     seed = "20291" if switches == "on" else "40291"
     r = subprocess.run([sys.executable, "-m", "tests.difftest", "--seed", seed, "--seconds",
