@@ -1,9 +1,10 @@
-"""Canonical signatures (docs/execution.md, "Fewer programs"; opt-in): strict mode runs a pointwise
-op over merged dims (TPUC_CANONICAL) and keeps every storage's buffer rank 1
-(TPUC_FLAT_BUFFERS), so calls that compute the same elements share one program. Both are
-rewrites of what is compiled, not of what is computed: the same script runs in two fresh
-processes, rewrites on and off; pointwise results must be equal bit for bit and training
-within the float64-derived bound, while the rewritten process compiles fewer programs."""
+"""Canonical signatures (docs/execution.md, "Fewer programs"; on by default off TPUs): a
+pointwise op runs over merged dims (TPUC_CANONICAL; strict calls and the calls a fused chunk
+records) and every storage's buffer is rank 1 (TPUC_FLAT_BUFFERS), so calls that compute the
+same elements share one program. Both are rewrites of what is compiled, not of what is
+computed: the same script runs in two fresh processes, rewrites on and off; pointwise results
+must be equal bit for bit and training within the float64-derived bound, while the rewritten
+process compiles fewer programs in strict mode."""
 from __future__ import annotations
 
 import json
@@ -11,13 +12,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _run(code: str, on: bool, out: str) -> dict:
-    env = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_EAGER="strict",
+def _run(code: str, on: bool, out: str, eager: str = "strict") -> dict:
+    env = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_EAGER=eager,
                TPUC_CANONICAL="1" if on else "0", TPUC_FLAT_BUFFERS="1" if on else "0")
     r = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True,
                        timeout=600, env=env, cwd=HERE)
@@ -25,9 +27,9 @@ def _run(code: str, on: bool, out: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def _both(code: str, tmp_path) -> tuple[dict, dict, dict, dict]:
+def _both(code: str, tmp_path, eager: str = "strict") -> tuple[dict, dict, dict, dict]:
     a, b = str(tmp_path / "on.pt"), str(tmp_path / "off.pt")
-    on, off = _run(code, True, a), _run(code, False, b)
+    on, off = _run(code, True, a, eager), _run(code, False, b, eager)
     return on, off, torch.load(a), torch.load(b)
 
 
@@ -79,21 +81,24 @@ print(json.dumps({"compiles": torch.tpu.stats()["compiles"]}))
 """
 
 
-def test_pointwise_ops_equal_bit_for_bit_with_fewer_programs(tmp_path) -> None:
+@pytest.mark.parametrize("eager", ["strict", "fused"])
+def test_pointwise_ops_equal_bit_for_bit_with_fewer_programs(tmp_path, eager: str) -> None:
     """Broadcasts (trailing, middle, 0-d, [1, 1]), strided and transposed inputs, in-place,
-    out= and partial writes, integer and complex ops: equal bits either way; the zero_ of
-    [16, 43] and of [43, 16] share a program when the rewrites are on."""
-    on, off, a, b = _both(_OPS, tmp_path)
+    out= and partial writes, integer and complex ops: equal bits either way, per op in strict
+    mode and recorded into fused chunks; in strict mode the zero_ of [16, 43] and of
+    [43, 16] share a program when the rewrites are on."""
+    on, off, a, b = _both(_OPS, tmp_path, eager)
     _same_bits(a, b)
     assert a["promo_0d"].dtype == torch.float16 and a["promo_11"].dtype == torch.float32
-    assert on["compiles"] < off["compiles"], (on, off)
+    if eager == "strict":
+        assert on["compiles"] < off["compiles"], (on, off)
 
 
 F32_EPS = 2.0 ** -24
 
 
-def _train(on: bool) -> dict:
-    env = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_EAGER="strict",
+def _train(on: bool, eager: str = "strict") -> dict:
+    env = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_EAGER=eager,
                TPUC_CANONICAL="1" if on else "0", TPUC_FLAT_BUFFERS="1" if on else "0")
     r = subprocess.run([sys.executable, os.path.join(HERE, "train_check.py"), "transformer",
                         "--steps", "6"], capture_output=True, text=True, env=env, timeout=600)
@@ -102,24 +107,26 @@ def _train(on: bool) -> dict:
 
 
 def test_training_within_the_float64_bound_with_fewer_programs() -> None:
-    """6 AdamW steps of the small transformer, rewrites on and off, each against the
-    float64 CPU run with test_training's bound (a small multiple of the CPU's own float32
-    error). Not bit for bit: a reduction whose input arrives as a rank-1 buffer may be
-    summed in another order by XLA (docs/execution.md says so); the pointwise programs
+    """6 AdamW steps of the small transformer, rewrites on and off in strict mode and on in
+    fused mode (parameters and optimizer state updated in place every step), each against
+    the float64 CPU run with test_training's bound (a small multiple of the CPU's own
+    float32 error). Not bit for bit: a reduction whose input arrives as a rank-1 buffer may
+    be summed in another order by XLA (docs/execution.md says so); the pointwise programs
     themselves are equal bit for bit (the test above)."""
-    on, off = _train(True), _train(False)
-    for rep in (on, off):
+    on, off, fused = _train(True), _train(False), _train(True, "fused")
+    for rep in (on, off, fused):
         assert rep["fallbacks"] == {}, rep["fallbacks"]
         assert rep["tpu_loss_err"] <= 8.0 * rep["cpu_loss_err"] + 64 * F32_EPS, rep
         assert rep["tpu_param_err"] <= 8.0 * rep["cpu_param_err"] + 64 * F32_EPS, rep
     assert sum(on["compiles_per_step"]) < sum(off["compiles_per_step"]), (on, off)
 
 
-def test_user_kernels_get_inputs_in_their_shapes_from_rank_1_buffers() -> None:
-    """tpuc.kernel passes each input as a buffer of exactly its tensor's shape: with
-    TPUC_FLAT_BUFFERS=1 a storage's buffer is rank 1, and a reshaping program gives the
-    kernel its [16, 128] input (test_kernel's own cases, run again in that mode)."""
-    env = dict(os.environ, TPUC_FLAT_BUFFERS="1", TPUC_CACHE_DIR="off")
+def test_user_kernels_get_inputs_in_their_shapes_with_either_buffer_rank() -> None:
+    """tpuc.kernel passes each input as a buffer of exactly its tensor's shape: by default a
+    storage's buffer is rank 1, and a reshaping program gives the kernel its [16, 128] input
+    (test_kernel.py); test_kernel's own cases run again here with TPUC_FLAT_BUFFERS=0, where
+    buffers keep the shape they were written at."""
+    env = dict(os.environ, TPUC_FLAT_BUFFERS="0", TPUC_CACHE_DIR="off")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         os.path.join(HERE, "test_kernel.py"), "-k",
                         "values_and_gradients_eager or noncontiguous_input_and_view"],

@@ -14,7 +14,8 @@
  * result), the reads of P that D does not depend on ("free" readers: the
  * users of P, followed through elementwise and layout ops that XLA may fuse
  * into their consumer), and for them "tokens": graph outputs they flow into
- * (live until the program ends anyway, so waiting for them costs no memory).
+ * (live until the program ends anyway, so waiting for them costs no memory;
+ * so is a value that an output only reshapes).
  * The update's own chain G (D and the nodes only D needs, e.g. AdamW's
  * denominator for this parameter) then reads one of its inputs, `via`, as
  * select(p, 0, via), where p is a predicate computed from one element of
@@ -85,6 +86,7 @@ typedef struct {
   const ir_graph *g;
   users_t u;
   int *anc, *sel, *rd, *seen, *outidx; /* epoch marks; outidx: output number or -1 */
+  char *live; /* an output, or a value an output only reshapes: live until the end */
   int *stack, *buf;
   int epoch;
   ir_order *o;
@@ -179,7 +181,7 @@ static bool plan_pair(planner *p, tv param, tv d) {
   }
   while (top) {
     tv v = p->stack[--top];
-    if (p->outidx[v] >= 0 && p->sel[v] != p->epoch) {
+    if (p->live[v] && p->sel[v] != p->epoch) {
       tok[ntok++] = v;
       continue;
     }
@@ -234,15 +236,22 @@ bool ir_order_plan(const ir_graph *g, ir_order *o) {
   p.rd = calloc(sz, sizeof(int));
   p.seen = calloc(sz, sizeof(int));
   p.outidx = malloc(sz * sizeof(int));
+  p.live = calloc(sz, 1);
   /* the stack holds each node once per search; buf holds the free readers
    * and the tokens of one pair */
   p.stack = malloc(sz * sizeof(int));
   p.buf = malloc(2 * sz * sizeof(int));
-  bool ok = o->gate && p.anc && p.sel && p.rd && p.seen && p.outidx && p.stack && p.buf &&
-            build_users(g, &p.u);
+  bool ok = o->gate && p.anc && p.sel && p.rd && p.seen && p.outidx && p.live && p.stack &&
+            p.buf && build_users(g, &p.u);
   if (ok) {
     for (int v = 0; v < n; v++) o->gate[v] = p.outidx[v] = -1;
     for (int i = g->nout - 1; i >= 0; i--) p.outidx[g->outputs[i]] = i;
+    /* with rank-1 storage buffers (TPUC_FLAT_BUFFERS) an output is often a
+     * reshape of the value computed, appended after every other node: the
+     * value it reshapes is live as long, and it is the token to wait for */
+    for (int v = 0; v < n; v++) p.live[v] = p.outidx[v] >= 0;
+    for (int v = n - 1; v >= 0; v--)
+      if (p.live[v] && g->nodes[v].kind == N_RESHAPE) p.live[g->nodes[v].ops[0]] = 1;
     for (int v = 0; v < n && ok; v++) {
       const ir_node *pn = &g->nodes[v];
       if (pn->kind == N_PARAM && pn->sub && pn->sub - 1 < g->nout)
@@ -254,6 +263,7 @@ bool ir_order_plan(const ir_graph *g, ir_order *o) {
   free(p.rd);
   free(p.seen);
   free(p.outidx);
+  free(p.live);
   free(p.stack);
   free(p.buf);
   free(p.u.start);

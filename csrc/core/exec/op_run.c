@@ -195,7 +195,13 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   if (c->noutputs < 0)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "%s: a negative output count",
                             tpuc_op_name_of(c->op));
-  if (tpuc_fused_recording(rt)) return tpuc_fused_record(rt, c);
+  if (tpuc_fused_recording(rt)) {
+    /* chunks record canonical pointwise calls too: with rank-1 buffers an
+     * in-place update's chain then stays rank 1 up to its output (canon.c) */
+    canon_call cc;
+    if (canon_call_make(rt, c, &cc)) c = &cc.call;
+    return tpuc_fused_record(rt, c);
+  }
   wait = wait || tpuc_get_mode(rt) == TPUC_MODE_DEBUG;
   bool checks = tpuc_checks_wanted(rt, wait);
   /* host-first (docs/execution.md): an op whose program is compiling runs

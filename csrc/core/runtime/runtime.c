@@ -267,13 +267,13 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   rt->dot_rewrite = switch_on("TPUC_DOT_REWRITE");
   rt->slice_inplace = switch_on("TPUC_SLICE_INPLACE");
   rt->scalar_cache = switch_on("TPUC_SCALAR_CACHE");
-  /* opt-in for now (docs/execution.md, "Fewer programs"): with rank-1 buffers XLA copied 17
-   * weights in the compiled whole-step program (order.c's ordering misses them); never on
-   * a TPU, whose tiled layouts make a reshape a copy. Merged pointwise calls follow it (alone
-   * they gave one program more, not fewer) unless TPUC_CANONICAL says otherwise. */
+  /* on by default (docs/execution.md, "Fewer programs"): rank-1 storage buffers, so a
+   * program's signature does not depend on the shape a storage was last written at; never
+   * on a TPU, whose tiled layouts make a reshape a copy. Merged pointwise calls follow it
+   * (alone they gave one program more, not fewer) unless TPUC_CANONICAL says otherwise. */
   const char *flat = getenv("TPUC_FLAT_BUFFERS"), *canon = getenv("TPUC_CANONICAL");
   bool on_tpu = rt->platform_name && !strcmp(rt->platform_name, "tpu");
-  rt->flat_buffers = flat && !strcmp(flat, "1") && !on_tpu;
+  rt->flat_buffers = (flat && *flat ? strcmp(flat, "0") != 0 : true) && !on_tpu;
   rt->canonical = canon && *canon ? strcmp(canon, "0") != 0 : rt->flat_buffers;
   /* opt-in (docs/execution.md, "The first step"): TPUC_COMPILE_AHEAD=1 */
   const char *ahead = getenv("TPUC_COMPILE_AHEAD");
