@@ -60,9 +60,9 @@ CONTENDERS = [("strict, TPUC_COMPILE_AHEAD=1", "tpu", "strict", {"TPUC_COMPILE_A
               # the disk cache's preload off: every warm program loads when its op needs it
               ("strict, TPUC_CACHE_PRELOAD=0", "tpu", "strict",
                {"TPUC_COMPILE_AHEAD": "0", "TPUC_CACHE_PRELOAD": "0"}),
-              # rank-1 buffers and merged pointwise calls (opt-in): fewer programs
-              ("strict, TPUC_FLAT_BUFFERS=1", "tpu", "strict",
-               {"TPUC_COMPILE_AHEAD": "0", "TPUC_FLAT_BUFFERS": "1"}),
+              # rank-1 buffers and merged pointwise calls off (the default has them): more programs
+              ("strict, TPUC_FLAT_BUFFERS=0", "tpu", "strict",
+               {"TPUC_COMPILE_AHEAD": "0", "TPUC_FLAT_BUFFERS": "0"}),
               ("strict, XLA backend -O0", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "0", "XLA_FLAGS": _O0}),
               ("strict, TPUC_HOST_FIRST=1", "tpu", "strict", {"TPUC_HOST_FIRST": "1"}),
               ("fused", "tpu", "fused", {})]

@@ -57,7 +57,7 @@ tpuc_buffer* exact_buffer(const at::Tensor& t) {
 }
 
 // The storage's buffer given `t`'s dims: it holds t's elements in another
-// shape (TPUC_FLAT_BUFFERS=1 keeps storages' buffers rank 1), so a one-op
+// shape (TPUC_FLAT_BUFFERS, the default, keeps storages' buffers rank 1), so a one-op
 // program reshapes it (a copy at most; compiled once per shape, cached).
 tpuc_buffer* reshaped_buffer(tpuc_runtime* rt, int device, const at::Tensor& t) {
   tpuc_buffer* b = whole_buffer(t);

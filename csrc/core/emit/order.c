@@ -86,7 +86,7 @@ typedef struct {
   const ir_graph *g;
   users_t u;
   int *anc, *sel, *rd, *seen, *outidx; /* epoch marks; outidx: output number or -1 */
-  char *live; /* an output, or a value an output only reshapes: live until the end */
+  char *live; /* an output (2: donated), or a value an undonated output only reshapes */
   int *stack, *buf;
   int epoch;
   ir_order *o;
@@ -249,9 +249,16 @@ bool ir_order_plan(const ir_graph *g, ir_order *o) {
     /* with rank-1 storage buffers (TPUC_FLAT_BUFFERS) an output is often a
      * reshape of the value computed, appended after every other node: the
      * value it reshapes is live as long, and it is the token to wait for */
+    /* (not what a donated output reshapes: that value is its own pair's update, which
+     * the pair's ordering may emit later than its index) */
     for (int v = 0; v < n; v++) p.live[v] = p.outidx[v] >= 0;
+    for (int v = 0; v < n; v++) {
+      const ir_node *pn = &g->nodes[v];
+      if (pn->kind == N_PARAM && pn->sub && pn->sub - 1 < g->nout)
+        p.live[g->outputs[pn->sub - 1]] = 2;
+    }
     for (int v = n - 1; v >= 0; v--)
-      if (p.live[v] && g->nodes[v].kind == N_RESHAPE) p.live[g->nodes[v].ops[0]] = 1;
+      if (p.live[v] == 1 && g->nodes[v].kind == N_RESHAPE) p.live[g->nodes[v].ops[0]] = 1;
     for (int v = 0; v < n && ok; v++) {
       const ir_node *pn = &g->nodes[v];
       if (pn->kind == N_PARAM && pn->sub && pn->sub - 1 < g->nout)

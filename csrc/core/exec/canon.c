@@ -17,8 +17,11 @@
  * type promotion tells the two apart (elementwise.c, ew_result_type). Calls
  * the rule does not cover (rank 0 or 1 already, an empty output, outputs of
  * different shapes, shapes that do not broadcast: the lowering reports
- * those) are left as they are. Only strict mode's single-op programs are
- * rewritten; a fused chunk's ops keep their shapes. */
+ * those) are left as they are. Strict mode's single-op programs are rewritten
+ * here (plan_single) and so are the calls a fused chunk or compiled graph
+ * records (op_run.c): there the point is an in-place update's chain staying
+ * rank 1 up to its output, so that XLA computes it once and updates the
+ * donated buffer without a copy (docs/execution.md, "Fewer programs"). */
 #include "plan.h"
 
 /* per operand and output dim: 0 the dim is broadcast (absent, size 1), 1 it is spanned */

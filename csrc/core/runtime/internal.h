@@ -75,7 +75,7 @@ struct tpuc_runtime {
    * x @ W^T as (W @ x^T)^T on XLA CPU (TPUC_DOT_REWRITE), in-place slice updates at an opaque
    * start (TPUC_SLICE_INPLACE), scalar argument buffers kept per plan (TPUC_SCALAR_CACHE) */
   bool dot_rewrite, slice_inplace, scalar_cache;
-  /* no storage's buffer is above rank 1 (TPUC_FLAT_BUFFERS=1, opt-in; never on TPUs, whose
+  /* no storage's buffer is above rank 1 (TPUC_FLAT_BUFFERS, on by default; never on TPUs, whose
    * tiled layouts make a reshape a copy): a program's signature then does not depend on which
    * shape a storage was last written at, so fewer programs are compiled. 0-d values stay
    * 0-d (a [1] buffer updated in place made XLA copy a 0-d optimizer step counter) */
