@@ -52,6 +52,20 @@ def test_copy_counter_reads_aliased_parameter_copies() -> None:
     assert program_copies(hlo) == {"aliased": 2, "copies": 2}
 
 
+def _dumped_step(template: str, **env_vars: str) -> tuple[str, list[dict], int]:
+    """Runs a step script in a fresh process with XLA's dump on: its stdout, the copy
+    counts of the optimized programs (tpuc._xla_dump) and the model's parameter count."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={d}", TPUC_CACHE_DIR="off", **env_vars)
+        env.pop("TPUC_CANONICAL", None)
+        code = template.format(examples=os.path.join(ROOT, "examples"))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        rows = dump_copies(d)
+    return r.stdout, rows, int(r.stdout.split("params")[1].split()[0])
+
+
 @pytest.mark.parametrize("mode", ["replay", "join"])
 def test_compiled_step_updates_parameters_in_place_without_copies(mode: str) -> None:
     """The optimized programs of the example model's compiled AdamW step
@@ -60,17 +74,9 @@ def test_compiled_step_updates_parameters_in_place_without_copies(mode: str) -> 
     programs) and joined (ONE program, where the backward's reads of a weight
     are ordered before its update by a dependency the core emits; without it
     XLA copied every weight the backward reads)."""
-    with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={d}", TPUC_CACHE_DIR="off",
-                   TPUC_GRAPH_REPLAY=mode)
-        code = _STEP.format(examples=os.path.join(ROOT, "examples"))
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        rows = dump_copies(d)
-    nparams = int(r.stdout.split("params")[1].split()[0])
+    out, rows, nparams = _dumped_step(_STEP, TPUC_GRAPH_REPLAY=mode)
     if mode == "replay":
-        assert "replays 0" not in r.stdout, r.stdout  # the kept programs were launched again
+        assert "replays 0" not in out, out  # the kept programs were launched again
     else:  # one program donates everything the step updates
         assert len([row for row in rows if row["aliased"] >= 3 * nparams]) == 1, rows
     # the optimizer program donates every parameter, both AdamW moments and the step
@@ -104,18 +110,10 @@ def test_fused_step_updates_parameters_in_place_without_copies(flat: str) -> Non
     through a reshape let XLA fuse a second computation of it into the weight's update,
     which then read the old moment after its in-place write (a copy per tensor): a chunk
     records canonical rank-1 pointwise calls, so the update chain stays rank 1."""
-    with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={d}", TPUC_CACHE_DIR="off",
-                   TPUC_EAGER="fused", TPUC_FLAT_BUFFERS=flat)
-        env.pop("TPUC_CANONICAL", None)
-        code = _FUSED_STEP.format(examples=os.path.join(ROOT, "examples"))
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        rows = dump_copies(d)
-    nparams = int(r.stdout.split("params")[1].split()[0])
+    _, rows, nparams = _dumped_step(_FUSED_STEP, TPUC_EAGER="fused", TPUC_FLAT_BUFFERS=flat)
     assert max(row["aliased"] for row in rows) >= 3 * nparams, rows
     assert sum(row["copies"] for row in rows) == 0, [x for x in rows if x["copies"]]
+
 
 class _Block(nn.Module):
     def __init__(self, width: int, hidden: int) -> None:
