@@ -91,8 +91,14 @@ def test_losses_and_weights_match_cpu(runs: dict[str, dict[str, Any]]) -> None:
     def series(run: dict[str, Any], key: str) -> torch.Tensor:
         return torch.tensor([h[key] for h in run["logs"]], dtype=torch.float64)
 
-    for key in ("loss", "kl"):
-        assert_as_accurate(series(tpu, key).float(), series(cpu, key).float(), series(f64, key))
+    # The loss is a mean of terms ratio * advantage (plus beta * KL) that cancel to about 0
+    # (8e-8 at the first step, 1e-3 after): its rounding error scales with the terms, whose
+    # magnitude is at most (G - 1) / sqrt(G) = 1.5 for G = 4 standardized advantages and a
+    # ratio near 1 (bound 2), and with about sqrt(n) roundoffs for n = 64 tokens (16). A
+    # reduction order other than the CPU's (rank-1 buffers) erred by 0.7 roundoffs of 1 there.
+    assert_as_accurate(series(tpu, "loss").float(), series(cpu, "loss").float(),
+                       series(f64, "loss"), floor_ulps=16.0, scale=2.0)
+    assert_as_accurate(series(tpu, "kl").float(), series(cpu, "kl").float(), series(f64, "kl"))
     for name, w0 in init.items():
         # the update each run made (the trained weights less the initial ones)
         d_tpu = tpu["params"][name].float() - w0
