@@ -3,9 +3,10 @@
 // cache (keyed by its text, so a kernel compiles once per process, and once
 // per machine with the disk cache); each input is passed as a buffer of
 // exactly its tensor's shape (a reshaping program when the storage's buffer
-// holds its elements in another shape, a contiguous copy for a view); the results become new tensors. Ops pending in
-// fused mode or in a torch.compile graph are run first (the kernel is a
-// boundary of the fused program: it runs eagerly).
+// holds its elements in another shape, a contiguous copy for a view); the
+// results become new tensors. Ops pending in fused mode or in a
+// torch.compile graph are run first (the kernel is a boundary of the fused
+// program: it runs eagerly).
 #include "tpuc_torch.h"
 
 #include <ATen/ATen.h>
@@ -57,8 +58,9 @@ tpuc_buffer* exact_buffer(const at::Tensor& t) {
 }
 
 // The storage's buffer given `t`'s dims: it holds t's elements in another
-// shape (TPUC_FLAT_BUFFERS, the default, keeps storages' buffers rank 1), so a one-op
-// program reshapes it (a copy at most; compiled once per shape, cached).
+// shape (TPUC_FLAT_BUFFERS, the default, keeps storages' buffers rank 1), so
+// a one-op program reshapes it (a copy at most; compiled once per shape,
+// cached).
 tpuc_buffer* reshaped_buffer(tpuc_runtime* rt, int device, const at::Tensor& t) {
   tpuc_buffer* b = whole_buffer(t);
   if (!b) return nullptr;

@@ -248,9 +248,9 @@ bool ir_order_plan(const ir_graph *g, ir_order *o) {
     for (int i = g->nout - 1; i >= 0; i--) p.outidx[g->outputs[i]] = i;
     /* with rank-1 storage buffers (TPUC_FLAT_BUFFERS) an output is often a
      * reshape of the value computed, appended after every other node: the
-     * value it reshapes is live as long, and it is the token to wait for */
-    /* (not what a donated output reshapes: that value is its own pair's update, which
-     * the pair's ordering may emit later than its index) */
+     * value it reshapes is live as long, and it is the token to wait for.
+     * Not what a donated output reshapes: that value is its own pair's
+     * update, which the pair's ordering may emit later than its index. */
     for (int v = 0; v < n; v++) p.live[v] = p.outidx[v] >= 0;
     for (int v = 0; v < n; v++) {
       const ir_node *pn = &g->nodes[v];
