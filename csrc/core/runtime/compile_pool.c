@@ -44,11 +44,15 @@ static int default_threads(const tpuc_runtime *rt) {
     int n = atoi(v);
     return n < 1 ? 1 : n > 8 ? 8 : n;
   }
-  /* The XLA CPU plugin compiles one program at a time per client: with two
-   * threads each compile took twice as long (180 programs: 4.9 s of compile
-   * with one thread, 10.7 s summed over two, the same wall time and one core
-   * busy; docs/execution.md). One thread there: the gain is the overlap of
-   * recording with compiling. */
+  /* The XLA CPU plugin: one thread. Its compile already spreads LLVM's code
+   * generation over its own thread pool (one compile kept 1.3 of 2 cores
+   * busy). Measured 2026-12-04 (Xeon, 2 cores): 180 programs, 4.9 s of
+   * compile with one thread, 10.7 s summed over two, the same wall time. On
+   * 2026-12-05 (EPYC, 2 cores) a C program compiled examples/llama.py's 60
+   * programs in 1.93 s with one thread and 1.41 s with two, but in the
+   * training process two threads doubled each compile and the first step got
+   * slower (Python needs a core too). The gain here is the overlap of
+   * recording with compiling (docs/execution.md). */
   if (tpuc_plugin_kind_of(rt->plugin.path) == TPUC_PLUGIN_CPU) return 1;
   int n = 1;
 #ifdef CPU_COUNT

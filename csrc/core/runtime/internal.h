@@ -127,10 +127,12 @@ struct tpuc_runtime {
   int preload_pid; /* the process that started the thread (a forked child joins none) */
   atomic_bool preload_stop;
   int64_t preload_window, preload_max_bytes;
+  int preload_threads; /* loaders: the thread and its helpers (TPUC_CACHE_PRELOAD_THREADS) */
   /* under cache_lock: */
-  pthread_cond_t preload_cv; /* a preloaded program used; paused; done; stop */
+  pthread_cond_t preload_cv; /* a preloaded program used; paused; a load ended; done; stop */
   bool preload_paused, preload_done;
   int64_t preloaded, preload_used;
+  int64_t preload_loading; /* files claimed by a loader and not finished yet */
   double preload_seconds;
 
   /* the op engine's signature cache (exec/op_run.c) */

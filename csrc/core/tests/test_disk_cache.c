@@ -504,6 +504,39 @@ static void test_preload_stops_at_destroy(void) {
   }
 }
 
+/* Several loaders (TPUC_CACHE_PRELOAD_THREADS) share one window and one
+ * list: four loaders with a window of 3 load exactly the 3 newest, never a
+ * fourth before one is used, and every program is loaded once in all (by a
+ * loader or by the op that asked first), with one loader as with four. */
+static void test_preload_loaders_share_the_window(void) {
+  clear_dir();
+  tpuc_runtime *a = open_rt(g_dir, 0);
+  if (!a) return;
+  for (int k = 100; k < 110; k++) {
+    compile_and_check(a, k);
+    date_new_files(1000 * (k - 99)); /* 109 is the newest */
+  }
+  tpuc_runtime_destroy(a);
+  const char *counts[] = {"1", "4"};
+  for (int c = 0; c < 2; c++) {
+    setenv("TPUC_CACHE_PRELOAD_THREADS", counts[c], 1);
+    tpuc_runtime *b = open_rt_preload(g_dir, 0, 3);
+    if (!b) break;
+    tpuc_preload_wait(b);
+    tpuc_runtime_stats s;
+    tpuc_runtime_stats_get(b, &s);
+    CHECK(s.preloaded == 3 && s.cached_executables == 3);
+    for (int k = 109; k >= 107; k--) compile_and_check(b, k); /* the three it holds */
+    tpuc_runtime_stats_get(b, &s);
+    CHECK(s.cache_hits == 3 && s.disk_hits == 0);
+    for (int k = 106; k >= 100; k--) compile_and_check(b, k);
+    tpuc_runtime_stats_get(b, &s);
+    CHECK(s.compiles == 0 && s.preloaded + s.disk_hits == 10);
+    tpuc_runtime_destroy(b);
+  }
+  unsetenv("TPUC_CACHE_PRELOAD_THREADS");
+}
+
 int main(int argc, char **argv) {
   if (!getenv("TPUC_PJRT_PLUGIN")) {
     printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
@@ -545,6 +578,7 @@ int main(int argc, char **argv) {
   RUN(test_preload_removes_bad_files);
   RUN(test_preload_format1_upgraded_on_use);
   RUN(test_preload_stops_at_destroy);
+  RUN(test_preload_loaders_share_the_window);
   clear_dir();
   rmdir(g_dir);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
