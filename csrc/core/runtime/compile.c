@@ -257,9 +257,11 @@ static tpuc_status *compile_uncached(tpuc_runtime *rt, const char *text, size_t 
   PJ_FN(p, PJ_SLOT_CLIENT_COMPILE, pj_client_compile_args, compile);
   struct timespec t0, t1;
   pj_loaded_executable *exe = NULL;
+  tpuc_progress_begin(rt);
   clock_gettime(CLOCK_MONOTONIC, &t0);
   pj_error *err = plugin_compile(compile, rt, text, len, opts, &exe);
   clock_gettime(CLOCK_MONOTONIC, &t1);
+  tpuc_progress_end(rt);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   pthread_mutex_lock(&rt->cache_lock);
   rt->compile_seconds += secs;

@@ -65,6 +65,19 @@ typedef struct tpuc_device_rec {
 
 typedef struct tpuc_cache_entry tpuc_cache_entry;
 
+/* progress.c: what a burst of compiles has done, for the lines on stderr */
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cv; /* (CLOCK_MONOTONIC) a compile began or ended; stop */
+  pthread_t thread;
+  bool inited, running, failed, stop, tty, in_burst, printed;
+  int pid; /* the process that started the thread (a forked child joins none) */
+  double after_s; /* TPUC_COMPILE_PROGRESS; < 0: off (or not process 0) */
+  double start, last_end, last_print; /* of the burst, CLOCK_MONOTONIC seconds */
+  int64_t done;
+  int in_flight;
+} tpuc_progress;
+
 struct tpuc_runtime {
   tpuc_plugin plugin;
   pj_client *client;
@@ -133,6 +146,7 @@ struct tpuc_runtime {
   bool preload_paused, preload_done;
   int64_t preloaded, preload_used;
   int64_t preload_loading; /* files claimed by a loader and not finished yet */
+  tpuc_progress progress; /* progress.c */
   double preload_seconds;
 
   /* the op engine's signature cache (exec/op_run.c) */
@@ -360,6 +374,16 @@ bool tpuc_disk_has(const tpuc_runtime *rt, const unsigned char key[32]);
 /* tpuc_disk_load again under the lock (its miss was counted already). */
 tpuc_status *tpuc_disk_reload(tpuc_runtime *rt, const unsigned char key[32],
                               const tpuc_disk_program *prog, pj_loaded_executable **out);
+
+/* ---- progress.c ---- */
+/* Reads TPUC_COMPILE_PROGRESS (after process_id is set); starts nothing. */
+void tpuc_progress_init(tpuc_runtime *rt);
+/* Around each compile of the plugin (compile.c). */
+void tpuc_progress_begin(tpuc_runtime *rt);
+void tpuc_progress_end(tpuc_runtime *rt);
+/* Ends the watcher thread (closing a printed line); compiles after it print nothing. */
+void tpuc_progress_stop(tpuc_runtime *rt);
+void tpuc_progress_destroy(tpuc_runtime *rt);
 
 /* ---- preload.c ---- */
 /* Starts the preload thread (setting: 0 from $TPUC_CACHE_PRELOAD, < 0 off,

@@ -246,6 +246,7 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
       rt->has_kv = true;
     }
   }
+  tpuc_progress_init(rt);
 
   tpuc_status *s = tpuc_plugin_load(path, &rt->plugin);
   if (!s) s = create_client(rt, cpu_devices);
@@ -293,6 +294,7 @@ void tpuc_stop_background_compiles(tpuc_runtime *rt) {
   if (!rt) return;
   tpuc_preload_stop(rt);
   tpuc_compile_pool_stop(rt);
+  tpuc_progress_stop(rt);
 }
 
 void tpuc_runtime_destroy(tpuc_runtime *rt) {
@@ -300,6 +302,7 @@ void tpuc_runtime_destroy(tpuc_runtime *rt) {
   tpuc_preload_destroy(rt); /* before the caches and the client it loads into */
   tpuc_fused_destroy(rt);
   tpuc_compile_pool_destroy(rt); /* before the caches and the client it compiles into */
+  tpuc_progress_destroy(rt);      /* after the last compile */
   if (rt->devices) tpuc_status_destroy(tpuc_synchronize(rt, -1));
   tpuc_barrier_destroy(rt);
   tpuc_checks_destroy(rt);
