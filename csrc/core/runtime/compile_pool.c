@@ -54,6 +54,11 @@ static int default_threads(const tpuc_runtime *rt) {
    * slower (Python needs a core too). The gain here is the overlap of
    * recording with compiling (docs/execution.md). */
   if (tpuc_plugin_kind_of(rt->plugin.path) == TPUC_PLUGIN_CPU) return 1;
+  int n = tpuc_usable_cores();
+  return n > 8 ? 8 : n;
+}
+
+int tpuc_usable_cores(void) {
   int n = 1;
 #ifdef CPU_COUNT
   cpu_set_t set;
@@ -62,7 +67,7 @@ static int default_threads(const tpuc_runtime *rt) {
   long c = sysconf(_SC_NPROCESSORS_ONLN);
   if (c > 0) n = (int)c;
 #endif
-  return n < 1 ? 1 : n > 8 ? 8 : n;
+  return n < 1 ? 1 : n;
 }
 
 static void *worker(void *arg) {

@@ -375,6 +375,9 @@ bool tpuc_disk_has(const tpuc_runtime *rt, const unsigned char key[32]);
 tpuc_status *tpuc_disk_reload(tpuc_runtime *rt, const unsigned char key[32],
                               const tpuc_disk_program *prog, pj_loaded_executable **out);
 
+/* compile_pool.c: the cores this process may run on (its affinity), at least 1. */
+int tpuc_usable_cores(void);
+
 /* ---- progress.c ---- */
 /* Reads TPUC_COMPILE_PROGRESS (after process_id is set); starts nothing. */
 void tpuc_progress_init(tpuc_runtime *rt);

@@ -39,9 +39,7 @@
  * load on demand does. tpuc_preload_stop (from tpuc_stop_background_compiles,
  * at process exit, and tpuc_runtime_destroy) ends the thread after the load it
  * is in: a load (XLA CPU: an LLVM link) must not run into the exit handlers. */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <dirent.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,14 +206,7 @@ static int loaders(void) {
   const char *v = getenv("TPUC_CACHE_PRELOAD_THREADS");
   int n = v && *v ? atoi(v) : 0;
   if (n <= 0) {
-    int cores = 1;
-#ifdef CPU_COUNT
-    cpu_set_t set;
-    if (!sched_getaffinity(0, sizeof set, &set)) cores = CPU_COUNT(&set);
-#else
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    if (c > 0) cores = (int)c;
-#endif
+    int cores = tpuc_usable_cores();
     n = cores - 1 > DEFAULT_MAX_LOADERS ? DEFAULT_MAX_LOADERS : cores - 1;
   }
   return n < 1 ? 1 : n > MAX_LOADERS ? MAX_LOADERS : n;
