@@ -47,4 +47,16 @@ extern harness g_h;
     fflush(stdout);                                                            \
   } while (0)
 
+/* A distinct small program for each k (a @main adding k to a tensor<4xf32>):
+ * tests that count compiles, cache entries or loads make as many as they need. */
+static inline void harness_program(char *buf, size_t n, int k) {
+  snprintf(buf, n,
+           "module @p%d {\n  func.func public @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+           "    %%c = \"stablehlo.constant\"() {value = dense<%d.0> : tensor<4xf32>} : () -> "
+           "tensor<4xf32>\n"
+           "    %%0 = \"stablehlo.add\"(%%a, %%c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+           "    \"func.return\"(%%0) : (tensor<4xf32>) -> ()\n  }\n}\n",
+           k, k);
+}
+
 #endif

@@ -23,15 +23,6 @@ extern char **environ;
 static char g_dir[256];
 static const char *g_self;
 
-static void program(char *buf, size_t n, int k) {
-  snprintf(buf, n,
-           "module @p%d {\n  func.func public @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
-           "    %%c = \"stablehlo.constant\"() {value = dense<%d.0> : tensor<4xf32>} : () -> "
-           "tensor<4xf32>\n"
-           "    %%0 = \"stablehlo.add\"(%%a, %%c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
-           "    \"func.return\"(%%0) : (tensor<4xf32>) -> ()\n  }\n}\n",
-           k, k);
-}
 
 /* preload: < 0 off (the on-demand tests count every disk hit), N > 0 at most N programs */
 static tpuc_runtime *open_rt_preload(const char *dir, int64_t max_bytes, int preload) {
@@ -48,7 +39,7 @@ static tpuc_runtime *open_rt(const char *dir, int64_t max_bytes) {
 /* Compiles program k, runs it on [1,2,3,4] and checks the result. */
 static void compile_and_check(tpuc_runtime *rt, int k) {
   char text[1024];
-  program(text, sizeof text, k);
+  harness_program(text, sizeof text, k);
   tpuc_executable *e = NULL;
   CHECK_OK(tpuc_compile(rt, text, strlen(text), &e));
   if (!e) return;
@@ -270,7 +261,7 @@ static void test_host_cpu_flags_in_the_key(void) {
   tpuc_runtime *r = open_rt(g_dir, 0);
   if (!r) return;
   char text[1024];
-  program(text, sizeof text, 40);
+  harness_program(text, sizeof text, 40);
   unsigned char here[32], other[32], again[32];
   tpuc_disk_key(r, text, strlen(text), "", 0, here);
   if (tpuc_plugin_kind_of(r->plugin.path) == TPUC_PLUGIN_CPU) {

@@ -21,15 +21,6 @@ static void sleep_ms(long ms) {
 }
 static int g_saved = -1;
 
-static void program(char *buf, size_t n, int k) {
-  snprintf(buf, n,
-           "module @p%d {\n  func.func public @main(%%a: tensor<4xf32>) -> tensor<4xf32> {\n"
-           "    %%c = \"stablehlo.constant\"() {value = dense<%d.0> : tensor<4xf32>} : () -> "
-           "tensor<4xf32>\n"
-           "    %%0 = \"stablehlo.add\"(%%a, %%c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
-           "    \"func.return\"(%%0) : (tensor<4xf32>) -> ()\n  }\n}\n",
-           k, k);
-}
 
 /* stderr -> a fresh file, until restore() */
 static void capture(void) {
@@ -70,7 +61,7 @@ static tpuc_runtime *open_rt(const char *setting, const char *rank) {
 static void compile_some(tpuc_runtime *rt, int first, int n) {
   char text[1024];
   for (int k = first; k < first + n; k++) {
-    program(text, sizeof text, k);
+    harness_program(text, sizeof text, k);
     tpuc_executable *e = NULL;
     CHECK_OK(tpuc_compile(rt, text, strlen(text), &e));
     tpuc_executable_release(e);
