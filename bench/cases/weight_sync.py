@@ -9,6 +9,7 @@ exists (`make serve-setup`); elsewhere the case is skipped with that reason."""
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -98,6 +99,7 @@ def run(quick: bool) -> dict:
         finally:
             for e in engines.values():
                 e.close()
+            shutil.rmtree(d, ignore_errors=True)  # the HF directory the engines loaded
     return {"title": title, "command": COMMAND, "rows": rows, "reps": reps,
             "notes": "One sync = every parameter of the policy, float32. The trainer is this "
                      "process (one device); `sync s` is update_weights end to end (until the "
