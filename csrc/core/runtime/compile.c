@@ -469,7 +469,6 @@ tpuc_status *tpuc_compile_with_options(tpuc_runtime *rt, const char *text, size_
     ce->touch = false;
     memcpy(touch, ce->dkey, sizeof touch);
     rt->preload_used++; /* room in the preload's window */
-    rt->preload_paused = false;
     pthread_cond_broadcast(&rt->preload_cv);
   }
   if (hit) {

@@ -142,8 +142,8 @@ struct tpuc_runtime {
   int64_t preload_window, preload_max_bytes;
   int preload_threads; /* loaders: the thread and its helpers (TPUC_CACHE_PRELOAD_THREADS) */
   /* under cache_lock: */
-  pthread_cond_t preload_cv; /* a preloaded program used; paused; a load ended; done; stop */
-  bool preload_paused, preload_done;
+  pthread_cond_t preload_cv; /* a preloaded program used; a load ended; done; stop */
+  bool preload_done;
   int64_t preloaded, preload_used;
   int64_t preload_loading; /* files claimed by a loader and not finished yet */
   tpuc_progress progress; /* progress.c */

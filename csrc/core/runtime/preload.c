@@ -151,18 +151,12 @@ static bool claim(load_list *l, size_t *i) {
   tpuc_runtime *rt = l->rt;
   pthread_mutex_lock(&rt->cache_lock);
   while (!atomic_load(&rt->preload_stop) && l->next < l->n &&
-         rt->preloaded + rt->preload_loading - rt->preload_used >= rt->preload_window) {
-    if (!rt->preload_paused) {
-      rt->preload_paused = true;
-      pthread_cond_broadcast(&rt->preload_cv);
-    }
+         rt->preloaded + rt->preload_loading - rt->preload_used >= rt->preload_window)
     pthread_cond_wait(&rt->preload_cv, &rt->cache_lock);
-  }
   bool go = !atomic_load(&rt->preload_stop) && l->next < l->n;
   if (go) {
     *i = l->next++;
     rt->preload_loading++;
-    rt->preload_paused = false;
   }
   pthread_mutex_unlock(&rt->cache_lock);
   return go;
@@ -252,8 +246,12 @@ static void join(tpuc_runtime *rt) {
 void tpuc_preload_wait(tpuc_runtime *rt) {
   if (!rt->preload_inited) return;
   pthread_mutex_lock(&rt->cache_lock);
-  /* paused: the window is full, and no load in flight will still add to it */
-  while (!rt->preload_done && !(rt->preload_paused && !rt->preload_loading))
+  /* the window full of loaded programs, and no load in flight. (Not "a loader
+   * found the window full": a load that has ended counts in `preloaded` a
+   * moment before it leaves `preload_loading`, so a loader could find the
+   * window full and, once those loads left, the window would not be.) */
+  while (!rt->preload_done &&
+         !(!rt->preload_loading && rt->preloaded - rt->preload_used >= rt->preload_window))
     pthread_cond_wait(&rt->preload_cv, &rt->cache_lock);
   pthread_mutex_unlock(&rt->cache_lock);
 }
