@@ -19,7 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run(code: str, on: bool, out: str, eager: str = "strict") -> dict:
-    env = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_EAGER=eager,
+    # TPUC_HOST_FILL_MAX_KB=0: the zero_ calls below are programs here (fills upload by default)
+    env = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_EAGER=eager, TPUC_HOST_FILL_MAX_KB="0",
                TPUC_CANONICAL="1" if on else "0", TPUC_FLAT_BUFFERS="1" if on else "0")
     r = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True,
                        timeout=600, env=env, cwd=HERE)

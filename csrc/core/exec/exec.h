@@ -53,6 +53,10 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c);
 tpuc_status *tpuc_fused_flush_for(tpuc_storage *s);
 void tpuc_fused_destroy(tpuc_runtime *rt);
 
+/* fill.c: does a whole-storage zero_ / fill_.Scalar by an upload (true, the
+ * upload's status in *st) or leaves it to a program (false). */
+bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st);
+
 /* ahead.c: strict mode's compile-ahead queue (its top comment) */
 bool tpuc_ahead_queued(tpuc_runtime *rt, int device);
 /* Queues c, its program handed to the compile pool (*queued), or runs the

@@ -283,6 +283,9 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   const char *hf = getenv("TPUC_HOST_FIRST"), *hf_mb = getenv("TPUC_HOST_FIRST_MAX_MB");
   rt->host_first = hf && !strcmp(hf, "1");
   rt->host_first_max_bytes = (hf_mb && *hf_mb ? atoll(hf_mb) : 64) << 20;
+  /* on by default (docs/execution.md, "Fewer programs"): constant fills upload */
+  const char *fill_kb = getenv("TPUC_HOST_FILL_MAX_KB");
+  rt->host_fill_max_bytes = (fill_kb && *fill_kb ? atoll(fill_kb) : 1024) << 10;
   rt->xnn_may_capture = xnn_may_capture();
   tpuc_disk_cache_init(rt, opts ? opts->cache_dir : NULL, opts ? opts->cache_max_bytes : 0);
   tpuc_preload_start(rt, opts ? opts->cache_preload : 0);

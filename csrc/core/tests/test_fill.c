@@ -1,0 +1,173 @@
+/* test_fill.c — strict mode's constant fills by upload (exec/fill.c): a
+ * whole-storage zero_ / fill_.Scalar compiles nothing and writes the bits a
+ * program would (16-bit float rounding, integer wrapping, bool); partial
+ * writes, subnormal results and TPUC_HOST_FILL_MAX_KB=0 compile a program.
+ * The Python suite (tests/test_host_fill.py) compares every dtype with the
+ * program and the CPU; this runs the path under ASan+UBSan too. */
+#include <stdlib.h>
+
+#include "../exec/exec.h"
+#include "../lower/lower.h"
+#include "harness.h"
+
+harness g_h;
+static tpuc_runtime *rt;
+
+static int64_t compiles(tpuc_runtime *r) {
+  tpuc_runtime_stats s;
+  tpuc_runtime_stats_get(r, &s);
+  return s.compiles;
+}
+
+static tpuc_tensor whole(tpuc_storage *s, tpuc_dtype dt, int64_t rows, int64_t cols) {
+  tpuc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.storage = s;
+  t.dtype = dt;
+  t.ndim = 2;
+  t.sizes[0] = rows;
+  t.sizes[1] = cols;
+  t.strides[0] = cols;
+  t.strides[1] = 1;
+  return t;
+}
+
+/* zero_ (no value) or fill_.Scalar with `v` on tensor t */
+static tpuc_status *fill(tpuc_runtime *r, tpuc_tensor t, const tpuc_arg *v) {
+  tpuc_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].kind = TPUC_ARG_TENSOR;
+  args[0].tensors.count = 1;
+  if (v) args[1] = *v;
+  tpuc_op_call c = {tpuc_op_find(r, v ? "aten::fill_.Scalar" : "aten::zero_"), 0, args, v ? 2 : 1,
+                    &t, 1, &t, 1};
+  return tpuc_op_run(r, &c, false);
+}
+
+static tpuc_arg scalar_f(double x) {
+  tpuc_arg a;
+  memset(&a, 0, sizeof a);
+  a.kind = TPUC_ARG_SCALAR;
+  a.scalar.kind = TPUC_SCALAR_FLOAT;
+  a.scalar.re = x;
+  return a;
+}
+
+static tpuc_arg scalar_i(int64_t x) {
+  tpuc_arg a = scalar_f((double)x);
+  a.scalar.kind = TPUC_SCALAR_INT;
+  a.scalar.i = x;
+  return a;
+}
+
+/* Fills a 2 x 3 storage of dtype dt with v and checks every element's bytes. */
+static void expect(tpuc_dtype dt, tpuc_arg v, const void *want, int64_t new_compiles) {
+  size_t size = tpuc_dtype_size(dt);
+  tpuc_storage *s = NULL;
+  CHECK_OK(tpuc_storage_create(rt, 0, 6 * size, &s));
+  if (!s) return;
+  int64_t c0 = compiles(rt);
+  CHECK_OK(fill(rt, whole(s, dt, 2, 3), &v));
+  CHECK(compiles(rt) - c0 == new_compiles);
+  unsigned char got[6 * 8];
+  CHECK_OK(tpuc_storage_download(s, got, 6 * size));
+  for (int i = 0; i < 6; i++) CHECK(!memcmp(got + i * size, want, size));
+  tpuc_storage_destroy(s);
+}
+
+static void test_fills_upload_the_programs_bits(void) {
+  uint16_t f16_inf = 0x7c00, f16_one = 0x3c00, f16_up = 0x3c02, bf16_three = 0x4040,
+           bf16_max = 0x7f80; /* 2^128 - 2^103 (float32's largest) rounds up to inf */
+  float f32 = 0.1f;
+  int8_t s8 = -128;
+  uint8_t u8 = 255, yes = 1;
+  int64_t s64 = INT64_MIN;
+  expect(TPUC_F16, scalar_f(65520.0), &f16_inf, 0);                         /* a tie up to inf */
+  expect(TPUC_F16, scalar_f(1.0 + 0x1p-11), &f16_one, 0);                   /* a tie to even: down */
+  expect(TPUC_F16, scalar_f(1.0 + 3 * 0x1p-11), &f16_up, 0);                /* a tie to even: up */
+  expect(TPUC_BF16, scalar_i(3), &bf16_three, 0);
+  expect(TPUC_BF16, scalar_f((double)3.4028234663852886e38f), &bf16_max, 0);
+  expect(TPUC_F32, scalar_f(0.1), &f32, 0);                                 /* rounds to nearest */
+  expect(TPUC_S8, scalar_f(-128.9), &s8, 0);                                /* truncated */
+  expect(TPUC_U8, scalar_i(255), &u8, 0);
+  expect(TPUC_S64, scalar_i(INT64_MIN), &s64, 0);
+  expect(TPUC_PRED, scalar_f(-2.5), &yes, 0);
+}
+
+static void test_what_the_host_does_not_decide_compiles(void) {
+  int8_t s8 = 0;
+  expect(TPUC_S8, scalar_f(0.0), &s8, 0);
+  tpuc_storage *s = NULL;
+  CHECK_OK(tpuc_storage_create(rt, 0, 6 * 2, &s));
+  CHECK_OK(fill(rt, whole(s, TPUC_F16, 2, 3), NULL)); /* written (an upload): one signature below */
+  int64_t c0 = compiles(rt);
+  /* 2^-24 is a subnormal float16; 1/3 is not exact in float32 */
+  tpuc_arg sub = scalar_f(0x1p-24), third = scalar_f(1.0 / 3.0);
+  CHECK_OK(fill(rt, whole(s, TPUC_F16, 2, 3), &sub));
+  CHECK(compiles(rt) - c0 == 1);
+  CHECK_OK(fill(rt, whole(s, TPUC_F16, 2, 3), &third));
+  CHECK(compiles(rt) - c0 == 1); /* (the same program: the value is a runtime argument) */
+  uint16_t got[6];
+  CHECK_OK(tpuc_storage_download(s, got, sizeof got));
+  for (int i = 0; i < 6; i++) CHECK(got[i] == 0x3555); /* 1/3 in float16 */
+  tpuc_storage_destroy(s);
+}
+
+static void test_partial_writes_compile_and_keep_the_rest(void) {
+  tpuc_storage *s = NULL;
+  CHECK_OK(tpuc_storage_create(rt, 0, 8 * 4, &s));
+  float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1}, got[8];
+  int64_t n = 8;
+  CHECK_OK(tpuc_storage_upload(s, TPUC_F32, &n, 1, ones));
+  tpuc_tensor half = whole(s, TPUC_F32, 1, 4);
+  half.offset = 4; /* the second half */
+  int64_t c0 = compiles(rt);
+  CHECK_OK(fill(rt, half, NULL));
+  CHECK(compiles(rt) - c0 == 1);
+  CHECK_OK(tpuc_storage_download(s, got, sizeof got));
+  for (int i = 0; i < 8; i++) CHECK(got[i] == (i < 4 ? 1.0f : 0.0f));
+  tpuc_storage_destroy(s);
+}
+
+static void test_off_with_0_and_over_the_bound(void) {
+  setenv("TPUC_HOST_FILL_MAX_KB", "0", 1);
+  tpuc_runtime_options opts = {NULL, 0, "off", 0};
+  tpuc_runtime *off = NULL;
+  CHECK_OK(tpuc_runtime_create(&opts, &off));
+  unsetenv("TPUC_HOST_FILL_MAX_KB");
+  if (!off) return;
+  tpuc_storage *s = NULL;
+  CHECK_OK(tpuc_storage_create(off, 0, 6 * 4, &s));
+  CHECK_OK(fill(off, whole(s, TPUC_F32, 2, 3), NULL));
+  CHECK(compiles(off) == 1);
+  tpuc_storage_destroy(s);
+  tpuc_runtime_destroy(off);
+  /* the default bound, 1024 KiB: a 2 MiB zero_ is a program */
+  CHECK_OK(tpuc_storage_create(rt, 0, 2 << 20, &s));
+  int64_t c0 = compiles(rt);
+  CHECK_OK(fill(rt, whole(s, TPUC_F32, 512, 1024), NULL));
+  CHECK(compiles(rt) - c0 == 1);
+  tpuc_storage_destroy(s);
+}
+
+int main(void) {
+  if (!getenv("TPUC_PJRT_PLUGIN")) {
+    printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
+    return 1;
+  }
+  unsetenv("TPUC_HOST_FILL_MAX_KB");
+  tpuc_runtime_options opts = {NULL, 0, "off", 0};
+  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
+  if (s) {
+    printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
+    tpuc_status_destroy(s);
+    return 1;
+  }
+  RUN(test_fills_upload_the_programs_bits);
+  RUN(test_what_the_host_does_not_decide_compiles);
+  RUN(test_partial_writes_compile_and_keep_the_rest);
+  RUN(test_off_with_0_and_over_the_bound);
+  tpuc_runtime_destroy(rt);
+  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
+  return g_h.failed ? 1 : 0;
+}
