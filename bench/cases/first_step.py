@@ -34,15 +34,26 @@ t0 = time.perf_counter()
 m = Llama(cfg).to(dev)
 opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
 g = torch.Generator().manual_seed(1)
-times = []
-for i in range(10):
+def busy():  # programs compiled and ops run on the host so far
+    if dev != "tpu":
+        return 0
+    st = torch.tpu.stats()
+    return st["compiles"] + st["host_first_ops"] + st["disk_hits"]
+times, quiet, last = [], [], busy()
+# ten steps, then on until three steps in a row compiled, loaded and ran on the host nothing
+# (host-first can still be compiling at step 10): 'steady' is the median of those three
+while len(times) < 10 or (len(quiet) < 3 and len(times) < 60):
     x = torch.randint(0, 256, (batch, seq), generator=g).to(dev)
     t = time.perf_counter()
     _, loss = m(x, x); loss.backward(); opt.step(); opt.zero_grad(); loss.item()
     times.append(time.perf_counter() - t)
-out = {"first_s": times[0], "steady_s": sorted(times[-3:])[1], "ten_s": sum(times)}
+    now = busy()
+    quiet = quiet + [times[-1]] if now == last and len(times) > 1 else []
+    last = now
+s = torch.tpu.stats() if dev == "tpu" else {}
+out = {"first_s": times[0], "steady_s": sorted(quiet[-3:])[len(quiet[-3:]) // 2] if quiet else None,
+       "ten_s": sum(times[:10]), "steps": len(times)}
 if dev == "tpu":
-    s = torch.tpu.stats()
     out.update(compiles=s["compiles"], disk_hits=s["disk_hits"], ahead_ops=s["ahead_ops"],
                compile_s=s["compile_seconds"], host_first_ops=s["host_first_ops"],
                preloaded=s["preloaded"], load_s=s["load_seconds"])
@@ -108,8 +119,7 @@ def run(quick: bool) -> dict:
             for name, *_ in contenders:
                 ss = samples[name]
                 med = lambda f: statistics.median(f(s) for s in ss)  # noqa: E731
-                # the warm process's steps 8-10: in the cold one a host-first run may still
-                # run ops on the host there while its last programs compile
+                # the warm process's: every program from the cache, no host ops
                 steady = med(lambda s: s["warm"]["steady_s"])
                 cold, warm = med(lambda s: s["cold"]["first_s"]), med(lambda s: s["warm"]["first_s"])
                 rows.append({"size": size, "contender": name, "cold_first_s": cold,
@@ -137,9 +147,11 @@ def run(quick: bool) -> dict:
         "notes": (f"examples/llama.py, sizes (dim, layers, batch, seq): "
                   f"{', '.join(f'{k} {SIZES[k]}' for k in sizes)}; AdamW; {reps} fresh process(es) "
                   "per contender, interleaved, medians. 'first' is the first step's wall time "
-                  "(forward, backward, optimizer, loss.item()); 'steady' the median of steps "
-                  "8-10 of the warm process (every program from the cache: in the cold one, "
-                  "host-first may still run ops on the host there); '10 steps' the cold process's first ten steps "
+                  "(forward, backward, optimizer, loss.item()); 'steady' the warm "
+                  "process's median step of the last three, the process going on past step 10 "
+                  "until three steps in a row compiled, loaded and ran on the host nothing "
+                  "(host-first can still be compiling at step 10); "
+                  "'10 steps' the cold process's first ten steps "
                   "together (host-first moves compile time from the first step into the "
                   "following ones: this column shows the whole bill); 'host ops' the ops that "
                   "ran on the host while their programs compiled; 'preloaded' the warm "
