@@ -59,7 +59,8 @@ static tpuc_status *drain_locked(tpuc_runtime *rt, int device, ahead_queue *q) {
   tpuc_status *first = NULL;
   for (int i = 0; i < q->n; i++) {
     rec *r = &q->recs[i];
-    if (!first) {
+    if (!first && tpuc_fill_on_host(rt, &r->call, &first)) { /* a constant fill: uploaded */
+    } else if (!first) {
       slot_set s;
       slots_init(&s);
       fast_entry *e = NULL, *owned = NULL;
@@ -139,8 +140,9 @@ tpuc_status *tpuc_ahead_record(tpuc_runtime *rt, const tpuc_op_call *c, bool *qu
   slots_init(&s);
   s.predict = true;
   fast_entry *e = NULL, *owned = NULL;
-  st = plan_single(rt, c, &s, PLAN_PREFETCH, false, &e, &owned, NULL);
-  if (!st && e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
+  bool fill = tpuc_fill_takes(rt, c); /* an upload when it runs (fill.c): no program */
+  if (!fill) st = plan_single(rt, c, &s, PLAN_PREFETCH, false, &e, &owned, NULL);
+  if (!st && !fill && e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
   if (!st && q->n == q->cap) {
     int cap = q->cap ? 2 * q->cap : 64;
     rec *nr = realloc(q->recs, (size_t)cap * sizeof *nr);
@@ -150,7 +152,7 @@ tpuc_status *tpuc_ahead_record(tpuc_runtime *rt, const tpuc_op_call *c, bool *qu
       q->cap = cap;
     }
   }
-  if (!st) st = predict_results(rt, e, &s, c->device);
+  if (!st) st = fill ? tpuc_fill_predict(rt, c) : predict_results(rt, e, &s, c->device);
   if (!st) st = rec_copy(&q->recs[q->n], c);
   if (!st) {
     q->n++;

@@ -26,6 +26,10 @@ struct tpuc_storage {
 /* The bound buffer (one reference) without flushing pending work: for the
  * engine itself, which has already flushed or is flushing. */
 tpuc_buffer *tpuc_storage_peek_buffer(tpuc_storage *s);
+/* tpuc_storage_upload without running what is pending on the storage: for
+ * the engine, whose caller has (strict mode) or runs it in order (ahead.c). */
+tpuc_status *tpuc_storage_upload_now(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims,
+                                     int ndim, const void *data);
 /* Binds without flushing (the engine's results). */
 tpuc_status *tpuc_storage_bind(tpuc_storage *s, tpuc_buffer *b);
 tpuc_storage *tpuc_storage_retain(tpuc_storage *s);
@@ -54,8 +58,13 @@ tpuc_status *tpuc_fused_flush_for(tpuc_storage *s);
 void tpuc_fused_destroy(tpuc_runtime *rt);
 
 /* fill.c: does a whole-storage zero_ / fill_.Scalar by an upload (true, the
- * upload's status in *st) or leaves it to a program (false). */
+ * upload's status in *st) or leaves it to a program (false). What the call
+ * reads or writes must not be pending in a fused chunk. tpuc_fill_takes says
+ * whether it would upload; tpuc_fill_predict leaves in the storage the
+ * shape-only buffer the upload will bind (compile-ahead's queue, ahead.c). */
 bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st);
+bool tpuc_fill_takes(tpuc_runtime *rt, const tpuc_op_call *c);
+tpuc_status *tpuc_fill_predict(tpuc_runtime *rt, const tpuc_op_call *c);
 
 /* ahead.c: strict mode's compile-ahead queue (its top comment) */
 bool tpuc_ahead_queued(tpuc_runtime *rt, int device);

@@ -112,16 +112,30 @@ static bool whole_storage(const tpuc_tensor *t, size_t *numel) {
   return n > 0 && (size_t)n * tpuc_dtype_size(t->dtype) == tpuc_storage_nbytes(t->storage);
 }
 
-bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st) {
-  *st = NULL;
+/* Whether the upload takes the call: numel and the element (fill_) if so. */
+static bool takes(tpuc_runtime *rt, const tpuc_op_call *c, size_t *numel, unsigned char *elem) {
   if (rt->host_fill_max_bytes <= 0) return false;
   pthread_once(&k_once, find_ops);
   if (!c->op || (c->op != k_zero && c->op != k_fill) || c->noutputs != 1) return false;
   const tpuc_tensor *t = &c->outputs[0];
-  size_t numel = 0, size = tpuc_dtype_size(t->dtype);
-  if (!whole_storage(t, &numel) || (int64_t)(numel * size) > rt->host_fill_max_bytes) return false;
+  if (!whole_storage(t, numel) || (int64_t)(*numel * tpuc_dtype_size(t->dtype)) > rt->host_fill_max_bytes)
+    return false;
+  return c->op == k_zero || (c->nargs >= 2 && element_of(&c->args[1], t->dtype, elem));
+}
+
+bool tpuc_fill_takes(tpuc_runtime *rt, const tpuc_op_call *c) {
+  size_t numel;
+  unsigned char elem[16];
+  return takes(rt, c, &numel, elem);
+}
+
+bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st) {
+  *st = NULL;
+  size_t numel = 0;
   unsigned char elem[16] = {0};
-  if (c->op == k_fill && (c->nargs < 2 || !element_of(&c->args[1], t->dtype, elem))) return false;
+  if (!takes(rt, c, &numel, elem)) return false;
+  const tpuc_tensor *t = &c->outputs[0];
+  size_t size = tpuc_dtype_size(t->dtype);
   unsigned char *data = c->op == k_zero ? calloc(numel, size) : malloc(numel * size);
   if (!data) return false; /* the program path says out of memory if it is so */
   if (c->op == k_fill) {
@@ -131,7 +145,24 @@ bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st
   }
   int64_t dims[TPUC_MAX_DIMS];
   for (int d = 0; d < t->ndim; d++) dims[d] = t->sizes[d];
-  *st = tpuc_storage_upload(t->storage, t->dtype, dims, t->ndim, data);
+  *st = tpuc_storage_upload_now(t->storage, t->dtype, dims, t->ndim, data);
   free(data);
   return true;
+}
+
+tpuc_status *tpuc_fill_predict(tpuc_runtime *rt, const tpuc_op_call *c) {
+  const tpuc_tensor *t = &c->outputs[0];
+  int64_t dims[TPUC_MAX_DIMS], numel = 1;
+  int ndim = t->ndim;
+  for (int d = 0; d < ndim; d++) numel *= dims[d] = t->sizes[d];
+  if (rt->flat_buffers && ndim > 1) { /* as tpuc_storage_upload_now shapes it */
+    dims[0] = numel;
+    ndim = 1;
+  }
+  tpuc_buffer *b = NULL;
+  tpuc_status *st = tpuc_buffer_shape_only(rt, c->device, t->dtype, ndim, dims, &b);
+  if (st) return st;
+  tpuc_buffer_release(t->storage->ahead);
+  t->storage->ahead = b;
+  return NULL;
 }

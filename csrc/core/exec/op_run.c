@@ -225,7 +225,7 @@ tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   }
   /* a constant fill of a whole storage: an upload, no program (fill.c) */
   tpuc_status *fill_st = NULL;
-  if (!wait && !checks && !tpuc_ahead_queued(rt, c->device) && tpuc_fill_on_host(rt, c, &fill_st))
+  if (!wait && !checks && tpuc_fill_on_host(rt, c, &fill_st))
     return fill_st;
   slot_set s;
   slots_init(&s);

@@ -103,9 +103,14 @@ tpuc_status *tpuc_storage_bind(tpuc_storage *s, tpuc_buffer *b) {
 
 tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims, int ndim,
                                  const void *data) {
-  tpuc_buffer *b = NULL;
   tpuc_status *st = settle(s);
-  if (st) return st;
+  return st ? st : tpuc_storage_upload_now(s, dtype, dims, ndim, data);
+}
+
+tpuc_status *tpuc_storage_upload_now(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims,
+                                     int ndim, const void *data) {
+  tpuc_buffer *b = NULL;
+  tpuc_status *st = NULL;
   int64_t numel = 1; /* TPUC_FLAT_BUFFERS: no storage's buffer above rank 1 (internal.h) */
   for (int d = 0; d < ndim; d++) numel *= dims[d];
   if (s->rt->flat_buffers && ndim > 1) {

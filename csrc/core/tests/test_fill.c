@@ -1,7 +1,8 @@
 /* test_fill.c — strict mode's constant fills by upload (exec/fill.c): a
  * whole-storage zero_ / fill_.Scalar compiles nothing and writes the bits a
  * program would (16-bit float rounding, integer wrapping, bool); partial
- * writes, subnormal results and TPUC_HOST_FILL_MAX_KB=0 compile a program.
+ * writes, subnormal results and TPUC_HOST_FILL_MAX_KB=0 compile a program;
+ * behind compile-ahead's queue a fill is queued as an upload, in order.
  * The Python suite (tests/test_host_fill.py) compares every dtype with the
  * program and the CPU; this runs the path under ASan+UBSan too. */
 #include <stdlib.h>
@@ -150,6 +151,55 @@ static void test_off_with_0_and_over_the_bound(void) {
   tpuc_storage_destroy(s);
 }
 
+/* With compile-ahead's queue (TPUC_COMPILE_AHEAD=1) a fill behind queued ops
+ * is queued too, as an upload (no program), and runs in order: an op queued
+ * before it reads the old values, one queued after it reads the constant. */
+static tpuc_status *scale(tpuc_runtime *r, tpuc_tensor in, tpuc_tensor out, double by) {
+  tpuc_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].kind = TPUC_ARG_TENSOR;
+  args[0].tensors.count = 1;
+  args[1] = scalar_f(by);
+  tpuc_op_call c = {tpuc_op_find(r, "aten::mul.Scalar"), 0, args, 2, &in, 1, &out, 1};
+  return tpuc_op_run(r, &c, false);
+}
+
+static void test_queued_behind_compiles_in_order(void) {
+  setenv("TPUC_COMPILE_AHEAD", "1", 1);
+  tpuc_runtime_options opts = {NULL, 0, "off", 0};
+  tpuc_runtime *q = NULL;
+  CHECK_OK(tpuc_runtime_create(&opts, &q));
+  unsetenv("TPUC_COMPILE_AHEAD");
+  if (!q) return;
+  tpuc_storage *a = NULL, *b = NULL, *c = NULL;
+  CHECK_OK(tpuc_storage_create(q, 0, 4 * 4, &a));
+  CHECK_OK(tpuc_storage_create(q, 0, 4 * 4, &b));
+  CHECK_OK(tpuc_storage_create(q, 0, 4 * 4, &c));
+  float x[4] = {1, 2, 3, 4}, got[4];
+  int64_t n = 4;
+  CHECK_OK(tpuc_storage_upload(a, TPUC_F32, &n, 1, x));
+  tpuc_tensor ta = whole(a, TPUC_F32, 1, 4), tb = whole(b, TPUC_F32, 1, 4), tc = whole(c, TPUC_F32, 1, 4);
+  tpuc_op_stats s0, s1;
+  tpuc_op_stats_get(q, &s0);
+  CHECK_OK(scale(q, ta, tb, 2.0)); /* b = a * 2: queued while its program compiles */
+  tpuc_arg seven = scalar_i(7);
+  CHECK_OK(fill(q, ta, &seven));   /* a = 7: queued behind it, an upload */
+  CHECK_OK(scale(q, ta, tc, 3.0)); /* c = a * 3 */
+  tpuc_op_stats_get(q, &s1);
+  CHECK(s1.ahead_ops - s0.ahead_ops == 3);
+  CHECK_OK(tpuc_storage_download(b, got, sizeof got)); /* runs the queue */
+  for (int i = 0; i < 4; i++) CHECK(got[i] == 2.0f * x[i]);
+  CHECK_OK(tpuc_storage_download(a, got, sizeof got));
+  for (int i = 0; i < 4; i++) CHECK(got[i] == 7.0f);
+  CHECK_OK(tpuc_storage_download(c, got, sizeof got));
+  for (int i = 0; i < 4; i++) CHECK(got[i] == 21.0f);
+  CHECK(compiles(q) <= 2); /* mul over a's buffer before and after the fill; no fill program */
+  tpuc_storage_destroy(a);
+  tpuc_storage_destroy(b);
+  tpuc_storage_destroy(c);
+  tpuc_runtime_destroy(q);
+}
+
 int main(void) {
   if (!getenv("TPUC_PJRT_PLUGIN")) {
     printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
@@ -167,6 +217,7 @@ int main(void) {
   RUN(test_what_the_host_does_not_decide_compiles);
   RUN(test_partial_writes_compile_and_keep_the_rest);
   RUN(test_off_with_0_and_over_the_bound);
+  RUN(test_queued_behind_compiles_in_order);
   tpuc_runtime_destroy(rt);
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
   return g_h.failed ? 1 : 0;
