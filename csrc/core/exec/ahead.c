@@ -59,8 +59,7 @@ static tpuc_status *drain_locked(tpuc_runtime *rt, int device, ahead_queue *q) {
   tpuc_status *first = NULL;
   for (int i = 0; i < q->n; i++) {
     rec *r = &q->recs[i];
-    if (!first && tpuc_fill_on_host(rt, &r->call, &first)) { /* a constant fill: uploaded */
-    } else if (!first) {
+    if (!first && !tpuc_fill_on_host(rt, &r->call, &first)) { /* a fill uploads; others run */
       slot_set s;
       slots_init(&s);
       fast_entry *e = NULL, *owned = NULL;

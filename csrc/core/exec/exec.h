@@ -26,6 +26,10 @@ struct tpuc_storage {
 /* The bound buffer (one reference) without flushing pending work: for the
  * engine itself, which has already flushed or is flushing. */
 tpuc_buffer *tpuc_storage_peek_buffer(tpuc_storage *s);
+/* The shape of the buffer an upload of `dims` binds (rank 1 with
+ * TPUC_FLAT_BUFFERS): returns its rank and may point *dims at *numel. */
+int tpuc_storage_buffer_shape(const tpuc_runtime *rt, const int64_t **dims, int ndim,
+                              int64_t *numel);
 /* tpuc_storage_upload without running what is pending on the storage: for
  * the engine, whose caller has (strict mode) or runs it in order (ahead.c). */
 tpuc_status *tpuc_storage_upload_now(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims,

@@ -143,22 +143,16 @@ bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st
     for (size_t done = size, total = numel * size; done < total; done *= 2)
       memcpy(data + done, data, done < total - done ? done : total - done);
   }
-  int64_t dims[TPUC_MAX_DIMS];
-  for (int d = 0; d < t->ndim; d++) dims[d] = t->sizes[d];
-  *st = tpuc_storage_upload_now(t->storage, t->dtype, dims, t->ndim, data);
+  *st = tpuc_storage_upload_now(t->storage, t->dtype, t->sizes, t->ndim, data);
   free(data);
   return true;
 }
 
 tpuc_status *tpuc_fill_predict(tpuc_runtime *rt, const tpuc_op_call *c) {
   const tpuc_tensor *t = &c->outputs[0];
-  int64_t dims[TPUC_MAX_DIMS], numel = 1;
-  int ndim = t->ndim;
-  for (int d = 0; d < ndim; d++) numel *= dims[d] = t->sizes[d];
-  if (rt->flat_buffers && ndim > 1) { /* as tpuc_storage_upload_now shapes it */
-    dims[0] = numel;
-    ndim = 1;
-  }
+  const int64_t *dims = t->sizes; /* as tpuc_storage_upload_now shapes it */
+  int64_t numel;
+  int ndim = tpuc_storage_buffer_shape(rt, &dims, t->ndim, &numel);
   tpuc_buffer *b = NULL;
   tpuc_status *st = tpuc_buffer_shape_only(rt, c->device, t->dtype, ndim, dims, &b);
   if (st) return st;

@@ -101,6 +101,15 @@ tpuc_status *tpuc_storage_bind(tpuc_storage *s, tpuc_buffer *b) {
   return NULL;
 }
 
+int tpuc_storage_buffer_shape(const tpuc_runtime *rt, const int64_t **dims, int ndim,
+                              int64_t *numel) {
+  *numel = 1; /* TPUC_FLAT_BUFFERS: no storage's buffer above rank 1 (internal.h) */
+  for (int d = 0; d < ndim; d++) *numel *= (*dims)[d];
+  if (!rt->flat_buffers || ndim <= 1) return ndim;
+  *dims = numel;
+  return 1;
+}
+
 tpuc_status *tpuc_storage_upload(tpuc_storage *s, tpuc_dtype dtype, const int64_t *dims, int ndim,
                                  const void *data) {
   tpuc_status *st = settle(s);
@@ -111,12 +120,8 @@ tpuc_status *tpuc_storage_upload_now(tpuc_storage *s, tpuc_dtype dtype, const in
                                      int ndim, const void *data) {
   tpuc_buffer *b = NULL;
   tpuc_status *st = NULL;
-  int64_t numel = 1; /* TPUC_FLAT_BUFFERS: no storage's buffer above rank 1 (internal.h) */
-  for (int d = 0; d < ndim; d++) numel *= dims[d];
-  if (s->rt->flat_buffers && ndim > 1) {
-    dims = &numel;
-    ndim = 1;
-  }
+  int64_t numel;
+  ndim = tpuc_storage_buffer_shape(s->rt, &dims, ndim, &numel);
   tpuc_event_emit(s->rt, TPUC_EVENT_TO_DEVICE, TPUC_EVENT_BEGIN, "", "", s->device, (int64_t)s->nbytes, 0);
   st = tpuc_buffer_from_host(s->rt, s->device, dtype, dims, ndim, data, &b);
   tpuc_event_emit(s->rt, TPUC_EVENT_TO_DEVICE, TPUC_EVENT_END, "", "", s->device, (int64_t)s->nbytes, 0);
