@@ -3,8 +3,12 @@
 #ifndef TPUC_TEST_HARNESS_H
 #define TPUC_TEST_HARNESS_H
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "tpuc.h"
 
 typedef struct {
   int passed, failed;
@@ -46,6 +50,30 @@ extern harness g_h;
     }                                                                          \
     fflush(stdout);                                                            \
   } while (0)
+
+/* The start of a test program's main(): false, with the closing line the make
+ * target reads ("0 passed, 1 failed"), when TPUC_PJRT_PLUGIN names no plugin. */
+static inline bool harness_plugin_set(void) {
+  if (getenv("TPUC_PJRT_PLUGIN")) return true;
+  printf("TPUC_PJRT_PLUGIN is not set: point it at a PJRT plugin (make test-c does)\n");
+  printf("0 passed, 1 failed\n");
+  return false;
+}
+
+/* Creates the runtime the tests share, or says why not (with that line). */
+static inline bool harness_runtime(const tpuc_runtime_options *opts, tpuc_runtime **rt) {
+  tpuc_status *s = tpuc_runtime_create(opts, rt);
+  if (!s) return true;
+  printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
+  tpuc_status_destroy(s);
+  return false;
+}
+
+/* The end of main(): the closing line and the exit status. */
+static inline int harness_end(void) {
+  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
+  return g_h.failed ? 1 : 0;
+}
 
 /* A distinct small program for each k (a @main adding k to a tensor<4xf32>):
  * tests that count compiles, cache entries or loads make as many as they need. */

@@ -716,11 +716,7 @@ static void test_accounting_returns_to_zero(void) {
 }
 
 int main(void) {
-  if (!getenv("TPUC_PJRT_PLUGIN")) {
-    printf("TPUC_PJRT_PLUGIN is not set: point it at a PJRT plugin (make test-c does)\n");
-    printf("0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!harness_plugin_set()) return 1;
   const char *which = getenv("TPUC_TEST_DTYPES");
   if (which && strcmp(which, "families") == 0) {
     g_dtypes = FAMILY_DTYPES;
@@ -728,12 +724,7 @@ int main(void) {
     printf("dtypes: one of each family (TPUC_TEST_DTYPES=families)\n");
   }
   tpuc_runtime_options opts = {NULL, 4, "off", 0};
-  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
-  if (s) {
-    printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
-    tpuc_status_destroy(s);
-    return 1;
-  }
+  if (!harness_runtime(&opts, &rt)) return 1;
   tpuc_runtime_info info;
   tpuc_runtime_info_get(rt, &info);
   if (info.device_count < 4) {
@@ -757,6 +748,5 @@ int main(void) {
   RUN(test_errors);
   RUN(test_accounting_returns_to_zero);
   tpuc_runtime_destroy(rt);
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }

@@ -529,10 +529,7 @@ static void test_preload_loaders_share_the_window(void) {
 }
 
 int main(int argc, char **argv) {
-  if (!getenv("TPUC_PJRT_PLUGIN")) {
-    printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!harness_plugin_set()) return 1;
   if (argc == 3 && !strcmp(argv[1], "--writer")) { /* a concurrent writer process */
     snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
     tpuc_runtime *r = open_rt(g_dir, 0);
@@ -572,6 +569,5 @@ int main(int argc, char **argv) {
   RUN(test_preload_loaders_share_the_window);
   clear_dir();
   rmdir(g_dir);
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }

@@ -732,21 +732,13 @@ static void test_ir_errors_are_reported(void) {
 }
 
 int main(void) {
-  if (!getenv("TPUC_PJRT_PLUGIN")) {
-    printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!harness_plugin_set()) return 1;
   setenv("TPUC_FUSED_MIN_PERIOD", "1", 1); /* the fused tests use two-op loops */
   /* strict ops queue ahead of their compiles (exec/ahead.c, opt-in for users): every strict
      test here runs through the queue and the compile pool, under ASan too */
   setenv("TPUC_COMPILE_AHEAD", "1", 1);
   tpuc_runtime_options opts = {NULL, 0, "off", 0}; /* the disk tier has its own tests */
-  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
-  if (s) {
-    printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
-    tpuc_status_destroy(s);
-    return 1;
-  }
+  if (!harness_runtime(&opts, &rt)) return 1;
   RUN(test_add_fresh_output);
   RUN(test_inplace_through_view);
   RUN(test_view_reads);
@@ -767,6 +759,5 @@ int main(void) {
   RUN(test_ir_nested_loops);
   RUN(test_ir_errors_are_reported);
   tpuc_runtime_destroy(rt);
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }

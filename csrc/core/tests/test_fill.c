@@ -201,24 +201,15 @@ static void test_queued_behind_compiles_in_order(void) {
 }
 
 int main(void) {
-  if (!getenv("TPUC_PJRT_PLUGIN")) {
-    printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!harness_plugin_set()) return 1;
   unsetenv("TPUC_HOST_FILL_MAX_KB");
   tpuc_runtime_options opts = {NULL, 0, "off", 0};
-  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
-  if (s) {
-    printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
-    tpuc_status_destroy(s);
-    return 1;
-  }
+  if (!harness_runtime(&opts, &rt)) return 1;
   RUN(test_fills_upload_the_programs_bits);
   RUN(test_what_the_host_does_not_decide_compiles);
   RUN(test_partial_writes_compile_and_keep_the_rest);
   RUN(test_off_with_0_and_over_the_bound);
   RUN(test_queued_behind_compiles_in_order);
   tpuc_runtime_destroy(rt);
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }

@@ -401,6 +401,5 @@ int main(void) {
     printf("TPUC_PJRT_PLUGIN is not set: the runtime tests need a plugin (make test-c sets it)\n");
     g_h.failed++;
   }
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }

@@ -136,13 +136,9 @@ static void test_quiet_when_off_short_or_not_rank_0(void) {
 }
 
 int main(void) {
-  if (!getenv("TPUC_PJRT_PLUGIN")) {
-    printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!harness_plugin_set()) return 1;
   RUN(test_burst_prints_progress_then_a_closing_line);
   RUN(test_destroyed_inside_a_burst_closes_its_line);
   RUN(test_quiet_when_off_short_or_not_rank_0);
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }

@@ -260,23 +260,14 @@ static void test_ordering_dependency_keeps_values(void) {
 }
 
 int main(void) {
-  if (!getenv("TPUC_PJRT_PLUGIN")) {
-    printf("TPUC_PJRT_PLUGIN is not set\n0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!harness_plugin_set()) return 1;
   tpuc_runtime_options opts = {NULL, 0, "off", 0};
-  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
-  if (s) {
-    printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
-    tpuc_status_destroy(s);
-    return 1;
-  }
+  if (!harness_runtime(&opts, &rt)) return 1;
   RUN(test_capture_maps_slots_and_computes);
   RUN(test_launch_on_new_storages_records_nothing);
   RUN(test_mismatch_runs_nothing_and_errors);
   RUN(test_nothing_pending_captures_nothing);
   RUN(test_ordering_dependency_keeps_values);
   tpuc_runtime_destroy(rt);
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }

@@ -584,19 +584,38 @@ static void test_op_options(void) {
   }
 }
 
-int main(void) {
-  if (!getenv("TPUC_PJRT_PLUGIN")) {
-    printf("TPUC_PJRT_PLUGIN is not set: point it at a PJRT plugin (make test-c does)\n");
-    printf("0 passed, 1 failed\n");
-    return 1;
+/* TPUC_COMPILE_AHEAD's decision: on by default for every plugin but the XLA
+ * CPU plugin's, 0/1 override it, anything else is an error naming it. */
+static void test_compile_ahead_default(void) {
+  const tpuc_plugin_kind kinds[] = {TPUC_PLUGIN_CPU, TPUC_PLUGIN_TPU, TPUC_PLUGIN_GPU,
+                                    TPUC_PLUGIN_OTHER};
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    bool on = kinds[k] == TPUC_PLUGIN_CPU; /* the opposite of the default */
+    CHECK_OK(tpuc_compile_ahead_decide(kinds[k], NULL, &on));
+    CHECK(on == (kinds[k] != TPUC_PLUGIN_CPU));
+    on = !on;
+    CHECK_OK(tpuc_compile_ahead_decide(kinds[k], "auto", &on));
+    CHECK(on == (kinds[k] != TPUC_PLUGIN_CPU));
+    CHECK_OK(tpuc_compile_ahead_decide(kinds[k], "", &on));
+    CHECK(on == (kinds[k] != TPUC_PLUGIN_CPU));
+    CHECK_OK(tpuc_compile_ahead_decide(kinds[k], "1", &on));
+    CHECK(on);
+    CHECK_OK(tpuc_compile_ahead_decide(kinds[k], "0", &on));
+    CHECK(!on);
   }
-  tpuc_runtime_options opts = {NULL, 0, "off", 0}; /* the disk tier has its own tests */
-  tpuc_status *s = tpuc_runtime_create(&opts, &rt);
-  if (s) {
-    printf("cannot create the runtime: %s\n0 passed, 1 failed\n", tpuc_status_message(s));
+  const char *bad[] = {"true", "2", "on", "10"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    bool on = false;
+    tpuc_status *s = tpuc_compile_ahead_decide(TPUC_PLUGIN_GPU, bad[i], &on);
+    CHECK(s && strstr(tpuc_status_message(s), "TPUC_COMPILE_AHEAD"));
     tpuc_status_destroy(s);
-    return 1;
   }
+}
+
+int main(void) {
+  if (!harness_plugin_set()) return 1;
+  tpuc_runtime_options opts = {NULL, 0, "off", 0}; /* the disk tier has its own tests */
+  if (!harness_runtime(&opts, &rt)) return 1;
   RUN(test_plugin_loads);
   RUN(test_devices_listed);
   RUN(test_round_trip);
@@ -615,7 +634,7 @@ int main(void) {
   RUN(test_second_runtime);
   RUN(test_client_options);
   RUN(test_op_options);
+  RUN(test_compile_ahead_default);
   tpuc_runtime_destroy(rt);
-  printf("%d passed, %d failed\n", g_h.passed, g_h.failed);
-  return g_h.failed ? 1 : 0;
+  return harness_end();
 }
