@@ -1,5 +1,6 @@
-"""Strict mode's compile-ahead queue (csrc/core/exec/ahead.c, docs/execution.md "The first
-step"; opt-in, TPUC_COMPILE_AHEAD=1): ops whose programs are not compiled are queued while a pool compiles them, and the
+"""Strict mode's compile-ahead queue (csrc/core/exec/ahead.c, docs/execution.md "Compile-ahead";
+TPUC_COMPILE_AHEAD: on by default on GPU and TPU plugins, asked for with 1 on the XLA CPU plugin
+that runs here): ops whose programs are not compiled are queued while a pool compiles them, and the
 queue runs in order when something reads. Each case runs in a fresh process with the disk
 cache off, so every program is new to it."""
 from __future__ import annotations
@@ -15,7 +16,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run(code: str, **env: str) -> dict:
-    full = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_COMPILE_AHEAD="1")  # opt-in
+    full = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_COMPILE_AHEAD="1")  # (off on the CPU plugin)
     full.update(env)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=600, env=full, cwd=_HERE)
@@ -54,10 +55,29 @@ def test_ops_are_recorded_while_their_programs_compile() -> None:
     assert out["queued_after"] == 0, out  # the read ran the queue: nothing is queued by reading
 
 
-@pytest.mark.parametrize("value", ["0", ""])
-def test_off_by_default_and_with_0(value: str) -> None:
-    out = _run(_OVERLAP, TPUC_COMPILE_AHEAD=value)
-    assert out["ok"] and out["queued"] == 0 and out["ahead"] == 0, out
+_FEW = r"""
+import json, torch
+d = torch.randn(37).to("tpu")
+outs = [(d * 3 + 1).tanh(), d.exp()]   # new programs: queued if the queue is on
+print(json.dumps({"queued": torch.tpu.stats()["ahead_ops"]}))
+"""
+
+
+@pytest.mark.parametrize("value", ["", "auto", "0", "1"])
+def test_off_on_the_cpu_plugin_by_default(value: str) -> None:
+    """The default ("" or auto) is off on the XLA CPU plugin, 0 too, 1 turns it on (on for GPU
+    and TPU plugins by default: the C test test_runtime's test_compile_ahead_default checks the
+    decision per plugin kind)."""
+    out = _run(_FEW, TPUC_COMPILE_AHEAD=value)
+    assert (out["queued"] > 0) == (value == "1"), out
+
+
+def test_a_value_it_does_not_know_is_an_error_that_names_it() -> None:
+    env = dict(os.environ, TPUC_CACHE_DIR="off", TPUC_COMPILE_AHEAD="true")
+    r = subprocess.run([sys.executable, "-c", "import torch; torch.ones(2, device='tpu')"],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=_HERE)
+    assert r.returncode != 0
+    assert "TPUC_COMPILE_AHEAD=true: use 1" in r.stderr, r.stderr[-2000:]
 
 
 _TRAIN = r"""

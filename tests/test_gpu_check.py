@@ -140,7 +140,7 @@ def test_dry_run_quick(tmp_path: Any) -> None:
     deadline = 180
     recs, md, took = _dry_run(tmp_path, deadline, GPU_CHECK_SIZES="small", GPU_CHECK_MODES="strict",
                               GPU_CHECK_PHASES="machine,coexist,train")
-    _check_training(recs, md, n_tpu=3)  # strict cold, warm, and cold with the compile-ahead queue
+    _check_training(recs, md, n_tpu=3)  # strict cold, warm, and cold without the compile-ahead queue
     co = {r["case"]: r for r in recs if r["kind"] == "coexist"}
     assert set(co) == {"ref", "tpu", "both"} and all(c["status"] == "pass" for c in co.values()), co
     assert co["tpu"]["loss_vs_ref"]["within_rtol"]

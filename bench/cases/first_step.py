@@ -1,5 +1,6 @@
 """Time to the first training step of examples/llama.py at two sizes, in strict mode with
-and without the compile-ahead queue (TPUC_COMPILE_AHEAD=1, opt-in), with host-first
+and without the compile-ahead queue (TPUC_COMPILE_AHEAD=1; on by default on GPU and TPU plugins,
+off on the XLA CPU plugin), with host-first
 (TPUC_HOST_FIRST=1, opt-in: ops whose programs compile run on the host meanwhile), with
 the defaults that cut the count of programs turned off one at a time, and in fused mode,
 each with a cold compile cache (an empty directory) and a warm one (a second process on the

@@ -340,9 +340,9 @@ def plan() -> list[Contender]:
                 out.append(Contender(size, "tpu", mode, "cold", t_cold))
                 out.append(Contender(size, "tpu", mode, "warm", t_warm))
             if mode == "strict" and mode in S.modes and not big:
-                # strict mode with the compile-ahead queue (TPUC_COMPILE_AHEAD=1, opt-in): what
-                # the queue buys on this plugin, cold
-                out.append(Contender(size, "tpu", "strict-ahead", "cold", t_cold))
+                # strict mode without the compile-ahead queue (TPUC_COMPILE_AHEAD=0; on by
+                # default but on the XLA CPU plugin): what the queue buys on this plugin, cold
+                out.append(Contender(size, "tpu", "strict-serial", "cold", t_cold))
                 if not S.dry:
                     # strict mode with XLA's GEMM autotuning on for the per-op programs
                     # (TPUC_OP_XLA_OPTIONS=none): what the GPU default
@@ -404,8 +404,8 @@ def phase_train(end: float) -> None:
             if c.cache == "cold":
                 caches[key] = tempfile.mkdtemp(prefix="cache-", dir=TMP)
             env = tpu_env(caches[key])
-            if c.mode.endswith("-ahead"):
-                extra["TPUC_COMPILE_AHEAD"] = "1"
+            if c.mode.endswith("-serial"):
+                extra["TPUC_COMPILE_AHEAD"] = "0"
             if c.mode.endswith("-autotune"):
                 extra["TPUC_OP_XLA_OPTIONS"] = "none"
             if c.mode == "compile" and not split_ok:

@@ -21,9 +21,10 @@
  * the next ops' programs reads those instead of the storage's current buffer
  * (slot_set.predict). When the queue runs, every op forms its program again
  * from the real buffers and runs what that gives: a prediction can only
- * waste a compile, never change a result. Opt-in: TPUC_COMPILE_AHEAD=1 (what
- * it changes beside timing is in docs/execution.md); debug mode, run-time
- * checks and ops that wait never queue. */
+ * waste a compile, never change a result. TPUC_COMPILE_AHEAD: on by default
+ * but on the XLA CPU plugin (runtime/compile_pool.c; what it changes beside
+ * timing is in docs/execution.md); debug mode, run-time checks and ops that
+ * wait never queue. */
 #include <stdlib.h>
 
 #include "fused.h"

@@ -58,6 +58,27 @@ static int default_threads(const tpuc_runtime *rt) {
   return n > 8 ? 8 : n;
 }
 
+/* On a GPU or TPU plugin a compile takes about a second and compiles run side
+ * by side on the host's cores: queuing the ops behind their compiles turns a
+ * first step's hundred serial compiles into a few rounds (docs/execution.md,
+ * "Compile-ahead"). On the XLA CPU plugin one compile already keeps the cores
+ * busy and the queue only overlaps Python's recording (first_step bench: no
+ * gain on the small model), while it moves errors to the read that runs the
+ * queue: off there unless asked for. */
+tpuc_status *tpuc_compile_ahead_decide(tpuc_plugin_kind kind, const char *setting, bool *on) {
+  if (!setting || !*setting || !strcmp(setting, "auto")) {
+    *on = kind != TPUC_PLUGIN_CPU;
+    return NULL;
+  }
+  if (strcmp(setting, "0") && strcmp(setting, "1"))
+    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                            "TPUC_COMPILE_AHEAD=%s: use 1 (queue ops behind their compiles), 0 "
+                            "(compile each at its op) or auto (on but on the XLA CPU plugin)",
+                            setting);
+  *on = setting[0] == '1';
+  return NULL;
+}
+
 int tpuc_usable_cores(void) {
   int n = 1;
 #ifdef CPU_COUNT

@@ -160,7 +160,7 @@ struct tpuc_runtime {
   atomic_int fused_replay_off; /* exec/fused_replay.c: chunks are always recorded */
   struct tpuc_pending *pending; /* one per device */
   struct tpuc_ahead *ahead;     /* exec/ahead.c: one queue per device */
-  bool compile_ahead;           /* TPUC_COMPILE_AHEAD=1 (default off) */
+  bool compile_ahead;           /* TPUC_COMPILE_AHEAD (default: on but on the CPU plugin) */
   int64_t ahead_ops;            /* ops queued ahead of their compile, under fast_lock */
   bool host_first;              /* TPUC_HOST_FIRST=1 (default off): exec/op_run.c */
   int64_t host_first_max_bytes; /* TPUC_HOST_FIRST_MAX_MB (default 64) */
@@ -312,6 +312,11 @@ int tpuc_compile_pool_busy(tpuc_runtime *rt);
 void tpuc_compile_pool_destroy(tpuc_runtime *rt);
 /* Drops what has not started, waits for the rest; no pool is started again. */
 void tpuc_compile_pool_stop(tpuc_runtime *rt);
+/* Whether strict mode queues ops behind their compiles (exec/ahead.c), from
+ * `setting` ($TPUC_COMPILE_AHEAD: "1" on, "0" off, NULL, "" or "auto" the
+ * kind's default: on for every plugin but the XLA CPU plugin's); anything
+ * else is an error naming the variable. */
+tpuc_status *tpuc_compile_ahead_decide(tpuc_plugin_kind kind, const char *setting, bool *on);
 
 /* ---- memory.c ---- */
 /* Applies $TPUC_MEMORY_LIMIT to every device (runtime creation). */

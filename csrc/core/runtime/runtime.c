@@ -256,6 +256,8 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
                             &rt->platform_version);
   if (!s) s = tpuc_op_options_decide(tpuc_plugin_kind_of(rt->plugin.path),
                                      getenv("TPUC_OP_XLA_OPTIONS"), &rt->op_options);
+  if (!s) s = tpuc_compile_ahead_decide(tpuc_plugin_kind_of(rt->plugin.path),
+                                        getenv("TPUC_COMPILE_AHEAD"), &rt->compile_ahead);
   if (!s) s = list_devices(rt);
   if (!s) s = tpuc_checks_init(rt);
   if (!s) tpuc_memory_limit_init(rt);
@@ -276,9 +278,6 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   bool on_tpu = rt->platform_name && !strcmp(rt->platform_name, "tpu");
   rt->flat_buffers = (flat && *flat ? strcmp(flat, "0") != 0 : true) && !on_tpu;
   rt->canonical = canon && *canon ? strcmp(canon, "0") != 0 : rt->flat_buffers;
-  /* opt-in (docs/execution.md, "The first step"): TPUC_COMPILE_AHEAD=1 */
-  const char *ahead = getenv("TPUC_COMPILE_AHEAD");
-  rt->compile_ahead = ahead && !strcmp(ahead, "1");
   /* opt-in (docs/execution.md, "Host-first"): TPUC_HOST_FIRST=1 */
   const char *hf = getenv("TPUC_HOST_FIRST"), *hf_mb = getenv("TPUC_HOST_FIRST_MAX_MB");
   rt->host_first = hf && !strcmp(hf, "1");
