@@ -80,6 +80,23 @@ def test_a_value_it_does_not_know_is_an_error_that_names_it() -> None:
     assert "TPUC_COMPILE_AHEAD=true: use 1" in r.stderr, r.stderr[-2000:]
 
 
+def test_info_says_whether_it_is_on() -> None:
+    """`tpuc info` (and its --json) says whether the queue is on and with how many threads."""
+    tpuc = os.path.join(os.path.dirname(sys.executable), "tpuc")
+    env = dict(os.environ)
+    env.pop("TPUC_COMPILE_AHEAD", None)
+    env.pop("TPUC_COMPILE_THREADS", None)
+    out = subprocess.run([tpuc, "info"], env=env, capture_output=True, text=True, timeout=120)
+    assert "compile-ahead:     off (the default: off on the XLA CPU plugin" in out.stdout, out.stdout
+    env.update(TPUC_COMPILE_AHEAD="1", TPUC_COMPILE_THREADS="3")
+    out = subprocess.run([tpuc, "info"], env=env, capture_output=True, text=True, timeout=120)
+    assert "compile-ahead:     on (TPUC_COMPILE_AHEAD=1), 3 compile thread(s)" in out.stdout, out.stdout
+    out = subprocess.run([tpuc, "info", "--json"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    info = json.loads(out.stdout)
+    assert info["compile_ahead"] is True and info["compile_threads"] == 3, info
+
+
 _TRAIN = r"""
 import json, sys, torch
 sys.path.insert(0, "../examples")

@@ -99,6 +99,8 @@ py::dict runtime_info() {
   d["device_count"] = info.device_count;
   d["op_xla_options"] = info.op_xla_options ? info.op_xla_options : "";
   d["op_xla_options_from_env"] = info.op_xla_options_from_env;
+  d["compile_ahead"] = info.compile_ahead;
+  d["compile_threads"] = info.compile_threads;
   return d;
 }
 

@@ -45,6 +45,8 @@ class _RuntimeInfo(ctypes.Structure):
         ("device_count", ctypes.c_int),
         ("op_xla_options", ctypes.c_char_p),
         ("op_xla_options_from_env", ctypes.c_bool),
+        ("compile_ahead", ctypes.c_bool),
+        ("compile_threads", ctypes.c_int),
     ]
 
 
@@ -141,6 +143,8 @@ class RuntimeDescription:
     stablehlo_minimum: str | None
     op_xla_options: str = ""          # strict mode's per-op programs' XLA options ("": none)
     op_xla_options_from_env: bool = False
+    compile_ahead: bool = False       # strict mode's compile-ahead queue (TPUC_COMPILE_AHEAD)
+    compile_threads: int = 1          # threads compiling ahead of need (TPUC_COMPILE_THREADS)
     devices: list[DeviceDescription] = field(default_factory=list)
 
 
@@ -168,6 +172,8 @@ def describe(plugin_path: str, cpu_device_count: int = 0) -> RuntimeDescription:
             stablehlo_minimum=_version3(info.stablehlo_minimum),
             op_xla_options=(info.op_xla_options or b"").decode(),
             op_xla_options_from_env=bool(info.op_xla_options_from_env),
+            compile_ahead=bool(info.compile_ahead),
+            compile_threads=int(info.compile_threads),
         )
         for i in range(info.device_count):
             d = _DeviceInfo()

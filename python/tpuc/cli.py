@@ -74,6 +74,11 @@ def _info(as_json: bool) -> int:
     print(f"per-op programs:   {per_op} ("
           + ("TPUC_OP_XLA_OPTIONS" if desc.op_xla_options_from_env else
              f"the default on a {desc.platform} plugin; TPUC_OP_XLA_OPTIONS replaces it") + ")")
+    setting = os.environ.get("TPUC_COMPILE_AHEAD", "")
+    print(f"compile-ahead:     {'on' if desc.compile_ahead else 'off'} ("
+          + (f"TPUC_COMPILE_AHEAD={setting}" if setting and setting != "auto" else
+             "the default: off on the XLA CPU plugin, on for GPU and TPU plugins")
+          + f"), {desc.compile_threads} compile thread(s)")
     print(f"import torch:      {report['autoload']}")
     print(f"tpu_dist:          {transport} transport ({transport_why})")
     print(f"devices:           {len(desc.devices)}")

@@ -105,6 +105,10 @@ def tpu_env(cache_dir: str | None = None) -> dict[str, str]:
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     if cache_dir:
         env["TPUC_CACHE_DIR"] = cache_dir
+    if S.dry and "TPUC_COMPILE_AHEAD" not in env:
+        # the dry run rehearses the GPU's defaults: there the compile-ahead queue is on (the
+        # CPU plugin's default is off)
+        env["TPUC_COMPILE_AHEAD"] = "1"
     return env
 
 

@@ -106,6 +106,11 @@ typedef struct {
    * them (else the plugin kind's default; runtime/op_options.c) */
   const char *op_xla_options;
   bool op_xla_options_from_env;
+  /* strict mode's compile-ahead queue ($TPUC_COMPILE_AHEAD; default on but on
+   * the XLA CPU plugin) and the threads that compile ahead of need
+   * ($TPUC_COMPILE_THREADS; runtime/compile_pool.c) */
+  bool compile_ahead;
+  int compile_threads;
 } tpuc_runtime_info;
 
 /* Strings stay valid for the runtime's lifetime. */

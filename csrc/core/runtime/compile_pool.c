@@ -58,6 +58,8 @@ static int default_threads(const tpuc_runtime *rt) {
   return n > 8 ? 8 : n;
 }
 
+int tpuc_compile_pool_threads(const tpuc_runtime *rt) { return default_threads(rt); }
+
 /* On a GPU or TPU plugin a compile takes about a second and compiles run side
  * by side on the host's cores: queuing the ops behind their compiles turns a
  * first step's hundred serial compiles into a few rounds (docs/execution.md,

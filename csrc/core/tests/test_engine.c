@@ -734,7 +734,8 @@ static void test_ir_errors_are_reported(void) {
 int main(void) {
   if (!harness_plugin_set()) return 1;
   setenv("TPUC_FUSED_MIN_PERIOD", "1", 1); /* the fused tests use two-op loops */
-  /* strict ops queue ahead of their compiles (exec/ahead.c, opt-in for users): every strict
+  /* strict ops queue ahead of their compiles (exec/ahead.c; off by default on the CPU plugin
+     that runs these tests, on for GPU and TPU plugins): every strict
      test here runs through the queue and the compile pool, under ASan too */
   setenv("TPUC_COMPILE_AHEAD", "1", 1);
   tpuc_runtime_options opts = {NULL, 0, "off", 0}; /* the disk tier has its own tests */
