@@ -272,7 +272,7 @@ _LAZY_ENV = {"TPUC_CPU_DEVICE_COUNT"}
 # never created in this process, and each job runs in a forked child (two at a time) as a
 # fresh `__main__`: its own device runtime, eager mode and counters, only the import shared.
 _RUNNER = r"""
-import json, os, signal, sys, tempfile, traceback
+import json, os, shutil, signal, sys, tempfile, traceback
 jobs = json.load(sys.stdin)
 import torch
 assert not torch.tpu.is_initialized(), "the runner must not create the device"
@@ -304,6 +304,7 @@ while queue or running:
     name, path = running.pop(pid)
     with open(path) as f:
         results[name] = {"status": status, "output": f.read()[-3000:]}
+shutil.rmtree(out_dir, ignore_errors=True)  # the blocks' outputs are in results now
 print("RESULTS " + json.dumps(results))
 """
 
