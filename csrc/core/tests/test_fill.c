@@ -130,12 +130,19 @@ static void test_partial_writes_compile_and_keep_the_rest(void) {
   tpuc_storage_destroy(s);
 }
 
-static void test_off_with_0_and_over_the_bound(void) {
-  setenv("TPUC_HOST_FILL_MAX_KB", "0", 1);
+/* A runtime of its own (disk cache off) created while `name`=`value`, which
+ * is unset again; NULL (the test failed) if it cannot be created. */
+static tpuc_runtime *runtime_with(const char *name, const char *value) {
+  setenv(name, value, 1);
   tpuc_runtime_options opts = {NULL, 0, "off", 0};
-  tpuc_runtime *off = NULL;
-  CHECK_OK(tpuc_runtime_create(&opts, &off));
-  unsetenv("TPUC_HOST_FILL_MAX_KB");
+  tpuc_runtime *r = NULL;
+  CHECK_OK(tpuc_runtime_create(&opts, &r));
+  unsetenv(name);
+  return r;
+}
+
+static void test_off_with_0_and_over_the_bound(void) {
+  tpuc_runtime *off = runtime_with("TPUC_HOST_FILL_MAX_KB", "0");
   if (!off) return;
   tpuc_storage *s = NULL;
   CHECK_OK(tpuc_storage_create(off, 0, 6 * 4, &s));
@@ -165,11 +172,7 @@ static tpuc_status *scale(tpuc_runtime *r, tpuc_tensor in, tpuc_tensor out, doub
 }
 
 static void test_queued_behind_compiles_in_order(void) {
-  setenv("TPUC_COMPILE_AHEAD", "1", 1);
-  tpuc_runtime_options opts = {NULL, 0, "off", 0};
-  tpuc_runtime *q = NULL;
-  CHECK_OK(tpuc_runtime_create(&opts, &q));
-  unsetenv("TPUC_COMPILE_AHEAD");
+  tpuc_runtime *q = runtime_with("TPUC_COMPILE_AHEAD", "1");
   if (!q) return;
   tpuc_storage *a = NULL, *b = NULL, *c = NULL;
   CHECK_OK(tpuc_storage_create(q, 0, 4 * 4, &a));

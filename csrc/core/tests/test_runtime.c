@@ -95,9 +95,9 @@ static void test_plugin_loads(void) {
   CHECK(info.pjrt_api_major == 0 && info.pjrt_api_minor >= 57);
   CHECK(info.plugin_path && strlen(info.plugin_path) > 0);
   /* what the runtime decided for its plugin kind (test_compile_ahead_default) */
-  bool ahead = !getenv("TPUC_COMPILE_AHEAD") || strcmp(getenv("TPUC_COMPILE_AHEAD"), "0");
-  if (!getenv("TPUC_COMPILE_AHEAD") || !strcmp(getenv("TPUC_COMPILE_AHEAD"), "auto"))
-    ahead = tpuc_plugin_kind_of(info.plugin_path) != TPUC_PLUGIN_CPU;
+  bool ahead = false;
+  CHECK_OK(tpuc_compile_ahead_decide(tpuc_plugin_kind_of(info.plugin_path),
+                                     getenv("TPUC_COMPILE_AHEAD"), &ahead));
   CHECK(info.compile_ahead == ahead);
   CHECK(info.compile_threads >= 1 && info.compile_threads <= 8);
   printf("    platform %s %s, PJRT %d.%d, xla_version %lld\n", info.platform_name,
