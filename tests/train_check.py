@@ -136,6 +136,7 @@ def main() -> int:
         "chunk_hits": stats.get("chunk_hits"),
         "flushes": stats.get("flushes"),
         "host_first_ops": stats.get("host_first_ops"),
+        "hoisted_fills": stats.get("hoisted_fills"),
     }))
     return 0
 

@@ -69,6 +69,12 @@ void tpuc_fused_destroy(tpuc_runtime *rt);
 bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st);
 bool tpuc_fill_takes(tpuc_runtime *rt, const tpuc_op_call *c);
 tpuc_status *tpuc_fill_predict(tpuc_runtime *rt, const tpuc_op_call *c);
+/* Whether c is a zero_ / fill_.Scalar of a whole storage (any size), and
+ * running it as strict mode does: an upload when fill.c takes it, else its
+ * own program (fused_hoist.c, whose storage is pending in the chunk it is
+ * taken out of: nothing is flushed). */
+bool tpuc_fill_whole(const tpuc_op_call *c);
+tpuc_status *tpuc_fill_run(tpuc_runtime *rt, const tpuc_op_call *c);
 
 /* ahead.c: strict mode's compile-ahead queue (its top comment) */
 bool tpuc_ahead_queued(tpuc_runtime *rt, int device);

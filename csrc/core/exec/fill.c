@@ -148,6 +148,30 @@ bool tpuc_fill_on_host(tpuc_runtime *rt, const tpuc_op_call *c, tpuc_status **st
   return true;
 }
 
+bool tpuc_fill_whole(const tpuc_op_call *c) {
+  pthread_once(&k_once, find_ops);
+  size_t numel;
+  return c->op && (c->op == k_zero || c->op == k_fill) && c->noutputs == 1 &&
+         whole_storage(&c->outputs[0], &numel);
+}
+
+tpuc_status *tpuc_fill_run(tpuc_runtime *rt, const tpuc_op_call *c) {
+  tpuc_status *st = NULL;
+  if (tpuc_fill_on_host(rt, c, &st)) return st;
+  slot_set s; /* as strict mode runs it: its own (small) program */
+  slots_init(&s);
+  fast_entry *e = NULL, *owned = NULL;
+  st = plan_single(rt, c, &s, PLAN_COMPILE, false, &e, &owned, NULL);
+  if (!st && e->declined) st = tpuc_status_make(TPUC_ERR_UNIMPLEMENTED, "%s", e->declined);
+  if (!st) {
+    const tpuc_op_call *calls[1] = {c};
+    st = plan_launch(rt, c->device, e, &s, calls, false);
+  }
+  entry_free(owned);
+  slots_release(&s);
+  return st;
+}
+
 tpuc_status *tpuc_fill_predict(tpuc_runtime *rt, const tpuc_op_call *c) {
   const tpuc_tensor *t = &c->outputs[0];
   const int64_t *dims = t->sizes; /* as tpuc_storage_upload_now shapes it */

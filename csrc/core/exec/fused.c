@@ -156,6 +156,13 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
     if (replayed) goto done;
   }
   fused_replay_reset(pd); /* its buffer references would stop donation below */
+  /* an optimizer's first step: its new state is zeroed before the chunk,
+     whose program then is the next steps' (fused_hoist.c) */
+  if (!capture && !host_first) {
+    st = fused_hoist_fills(rt, pd);
+    n = pd->n;
+    if (st || n == 0) goto done;
+  }
   bool keep = !capture && !pd->chunk_has_graph && !atomic_load(&rt->fused_replay_off);
   if (keep) op_end = malloc((size_t)n * sizeof *op_end);
   if (!calls || !ts || !os) {

@@ -1,7 +1,7 @@
 /* fused.h — what fused.c (recording, cutting chunks), fused_replay.c (a
  * chunk that repeats the last chunks' ops, launched without signing its ops
- * again) and fused_seen.c (the signatures' last positions) share: the
- * per-device pending state. */
+ * again), fused_seen.c (the signatures' last positions) and fused_hoist.c
+ * (fills run before their chunk) share: the per-device pending state. */
 #ifndef TPUC_FUSED_H
 #define TPUC_FUSED_H
 
@@ -103,5 +103,9 @@ void fused_replay_keep(pending *pd, const keybuf *k, const size_t *op_end, const
 /* Ends the pending chunk's matching (its ops are being freed). */
 void fused_replay_reset(pending *pd);
 void fused_replay_destroy(pending *pd);
+
+/* fused_hoist.c: runs the pending chunk's fills of new storages that outlive
+ * it first and takes them out of it (its top comment). */
+tpuc_status *fused_hoist_fills(tpuc_runtime *rt, pending *pd);
 
 #endif

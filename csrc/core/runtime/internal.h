@@ -165,6 +165,7 @@ struct tpuc_runtime {
   bool host_first;              /* TPUC_HOST_FIRST=1 (default off): exec/op_run.c */
   int64_t host_first_max_bytes; /* TPUC_HOST_FIRST_MAX_MB (default 64) */
   int64_t host_first_ops;       /* calls answered TPUC_ERR_NOT_COMPILED, under fast_lock */
+  int64_t hoisted_fills;        /* exec/fused_hoist.c, under fast_lock */
   int64_t host_fill_max_bytes;  /* TPUC_HOST_FILL_MAX_KB (default 1024; 0: off): exec/fill.c */
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 

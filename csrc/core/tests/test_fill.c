@@ -2,7 +2,9 @@
  * whole-storage zero_ / fill_.Scalar compiles nothing and writes the bits a
  * program would (16-bit float rounding, integer wrapping, bool); partial
  * writes, subnormal results and TPUC_HOST_FILL_MAX_KB=0 compile a program;
- * behind compile-ahead's queue a fill is queued as an upload, in order.
+ * behind compile-ahead's queue a fill is queued as an upload, in order; in
+ * fused mode a fill of a new storage that outlives its chunk runs before the
+ * chunk (exec/fused_hoist.c), one freed before the chunk runs stays in it.
  * The Python suite (tests/test_host_fill.py) compares every dtype with the
  * program and the CPU; this runs the path under ASan+UBSan too. */
 #include <stdlib.h>
@@ -203,6 +205,57 @@ static void test_queued_behind_compiles_in_order(void) {
   tpuc_runtime_destroy(q);
 }
 
+static void test_fused_new_storages_filled_before_the_chunk(void) {
+  tpuc_storage *a = NULL, *big = NULL, *tmp = NULL, *c = NULL, *d = NULL, *e = NULL;
+  CHECK_OK(tpuc_storage_create(rt, 0, 4 * 4, &a));
+  CHECK_OK(tpuc_storage_create(rt, 0, 2 << 20, &big)); /* over the upload bound: a program */
+  CHECK_OK(tpuc_storage_create(rt, 0, 4 * 4, &tmp));
+  CHECK_OK(tpuc_storage_create(rt, 0, 4 * 4, &c));
+  CHECK_OK(tpuc_storage_create(rt, 0, 4 * 4, &d));
+  CHECK_OK(tpuc_storage_create(rt, 0, 2 << 20, &e));
+  if (!a || !big || !tmp || !c || !d || !e) return;
+  tpuc_tensor ta = whole(a, TPUC_F32, 1, 4), tbig = whole(big, TPUC_F32, 512, 1024),
+              ttmp = whole(tmp, TPUC_F32, 1, 4), tc = whole(c, TPUC_F32, 1, 4),
+              td = whole(d, TPUC_F32, 1, 4), te = whole(e, TPUC_F32, 512, 1024);
+  tpuc_op_stats s0, s1;
+  tpuc_op_stats_get(rt, &s0);
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_FUSED));
+  tpuc_arg seven = scalar_i(7), half = scalar_f(0.5), two = scalar_f(-2.0);
+  CHECK_OK(fill(rt, ta, &seven));       /* a = 7 (kept: taken out of the chunk) */
+  CHECK_OK(fill(rt, tbig, &half));      /* big = 0.5 (kept, 2 MiB: its own program) */
+  CHECK_OK(fill(rt, ttmp, &two));       /* tmp = -2 (freed before the chunk runs) */
+  CHECK_OK(scale(rt, ta, tc, 3.0));     /* c = a * 3 */
+  CHECK_OK(scale(rt, ttmp, td, 4.0));   /* d = tmp * 4 */
+  CHECK_OK(scale(rt, tbig, te, 6.0));   /* e = big * 6 */
+  tpuc_storage_destroy(tmp);
+  tpuc_op_stats_get(rt, &s1);
+  CHECK(s1.recorded_ops - s0.recorded_ops == 6 && s1.hoisted_fills == s0.hoisted_fills);
+  float got[4];
+  CHECK_OK(tpuc_storage_download(c, got, sizeof got)); /* runs the chunk */
+  for (int i = 0; i < 4; i++) CHECK(got[i] == 21.0f);
+  CHECK_OK(tpuc_storage_download(d, got, sizeof got));
+  for (int i = 0; i < 4; i++) CHECK(got[i] == -8.0f);
+  CHECK_OK(tpuc_storage_download(a, got, sizeof got));
+  for (int i = 0; i < 4; i++) CHECK(got[i] == 7.0f);
+  float *many = malloc(2 << 20);
+  if (many) {
+    CHECK_OK(tpuc_storage_download(e, many, 2 << 20));
+    CHECK(many[0] == 3.0f && many[(512 * 1024) - 1] == 3.0f);
+    CHECK_OK(tpuc_storage_download(big, many, 2 << 20));
+    CHECK(many[0] == 0.5f && many[(512 * 1024) - 1] == 0.5f);
+    free(many);
+  }
+  tpuc_op_stats_get(rt, &s1);
+  CHECK(s1.hoisted_fills - s0.hoisted_fills == 2);
+  CHECK(s1.flushes - s0.flushes == 1);
+  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_STRICT));
+  tpuc_storage_destroy(a);
+  tpuc_storage_destroy(big);
+  tpuc_storage_destroy(c);
+  tpuc_storage_destroy(d);
+  tpuc_storage_destroy(e);
+}
+
 int main(void) {
   if (!harness_plugin_set()) return 1;
   unsetenv("TPUC_HOST_FILL_MAX_KB");
@@ -213,6 +266,7 @@ int main(void) {
   RUN(test_partial_writes_compile_and_keep_the_rest);
   RUN(test_off_with_0_and_over_the_bound);
   RUN(test_queued_behind_compiles_in_order);
+  RUN(test_fused_new_storages_filled_before_the_chunk);
   tpuc_runtime_destroy(rt);
   return harness_end();
 }
