@@ -2,7 +2,8 @@
 and without the compile-ahead queue (TPUC_COMPILE_AHEAD=1; on by default on GPU and TPU plugins,
 off on the XLA CPU plugin), with host-first
 (TPUC_HOST_FIRST=1, opt-in: ops whose programs compile run on the host meanwhile), with
-the defaults that cut the count of programs turned off one at a time, and in fused mode,
+the defaults that cut the count of programs turned off one at a time, and in fused mode (with
+and without the optimizer state's fills run before the first step's chunk),
 each with a cold compile cache (an empty directory) and a warm one (a second process on the
 same directory), against the warm process's steady step and PyTorch CPU eager's first step.
 Each contender is a fresh process; contenders alternate (A B C A B C ...) and medians are
@@ -81,7 +82,10 @@ CONTENDERS = [("strict, TPUC_COMPILE_AHEAD=1", "tpu", "strict", {"TPUC_COMPILE_A
                {"TPUC_COMPILE_AHEAD": "0", "TPUC_HOST_FILL_MAX_KB": "0"}),
               ("strict, XLA backend -O0", "tpu", "strict", {"TPUC_COMPILE_AHEAD": "0", "XLA_FLAGS": _O0}),
               ("strict, TPUC_HOST_FIRST=1", "tpu", "strict", {"TPUC_HOST_FIRST": "1"}),
-              ("fused", "tpu", "fused", {})]
+              ("fused", "tpu", "fused", {}),
+              # the first step's fills of the optimizer's new state inside its chunk (the
+              # default runs them before it: exec/fused_hoist.c): a second whole-step program
+              ("fused, TPUC_FUSED_HOIST_FILLS=0", "tpu", "fused", {"TPUC_FUSED_HOIST_FILLS": "0"})]
 QUICK_CONTENDERS = ("strict", "strict, TPUC_HOST_FIRST=1", "fused")  # CI: the case runs
 
 
