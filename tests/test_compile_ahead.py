@@ -137,6 +137,31 @@ def test_training_is_bit_identical_with_and_without_the_queue(threads: str) -> N
     assert on["params"] == off["params"]
 
 
+# fused mode: 4 layers, so that chunks are cut at the layers' loop boundaries (and queue)
+_TRAIN_FUSED = (_TRAIN.replace("n_layers=2", "n_layers=4")
+                .replace("torch.manual_seed(0)", "torch.tpu.set_eager_mode('fused'); torch.manual_seed(0)")
+                .replace('"queued": s["ahead_ops"]',
+                         '"queued": s["ahead_chunks"], "compiles": s["compiles"], '
+                         '"mode": torch.tpu.get_eager_mode()'))
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_fused_chunks_queue_and_train_bit_identically(threads: str) -> None:
+    """Fused mode (csrc/core/exec/fused_ahead.c): chunks cut at loop boundaries while their
+    programs compile queue behind them; four AdamW steps with a host read in the middle of a
+    step give every loss and parameter bit for bit as without the queue, from as many
+    programs (the queue changes neither where chunks are cut nor what they compile)."""
+    on = _run(_TRAIN_FUSED, TPUC_COMPILE_THREADS=threads)
+    off = _run(_TRAIN_FUSED, TPUC_COMPILE_AHEAD="0")
+    assert on["mode"] == off["mode"] == "fused"
+    assert on["queued"] > 0 and off["queued"] == 0, (on["queued"], off["queued"])
+    assert on["fallbacks"] == off["fallbacks"] == 0
+    assert on["compiles"] == off["compiles"], (on["compiles"], off["compiles"])
+    assert on["losses"] == off["losses"]
+    assert on["mid"] == off["mid"]
+    assert on["params"] == off["params"]
+
+
 _FALLBACK = r"""
 import json, warnings, torch
 warnings.simplefilter("ignore")

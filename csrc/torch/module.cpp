@@ -68,6 +68,7 @@ py::dict runtime_stats() {
   d["ahead_ops"] = os.ahead_ops;
   d["host_first_ops"] = os.host_first_ops;
   d["hoisted_fills"] = os.hoisted_fills;
+  d["ahead_chunks"] = os.ahead_chunks;
   d["compiles_ahead"] = rs.compiles_ahead;
   d["compile_joins"] = rs.compile_joins;
   d["disk_hits"] = rs.disk_hits;

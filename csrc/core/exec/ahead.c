@@ -102,10 +102,8 @@ tpuc_status *tpuc_ahead_drain(tpuc_runtime *rt, int device) {
   return first;
 }
 
-/* Leaves in each storage c writes a shape-only buffer of the type it will
- * hold after c (e's results, over slot set s). */
-static tpuc_status *predict_results(tpuc_runtime *rt, const fast_entry *e, const slot_set *s,
-                                    int device) {
+tpuc_status *tpuc_ahead_predict(tpuc_runtime *rt, const fast_entry *e, const slot_set *s,
+                                int device) {
   for (int i = 0; i < e->nresults; i++) {
     const ir_type *t = &e->result_types[i];
     tpuc_buffer *b = NULL;
@@ -152,7 +150,7 @@ tpuc_status *tpuc_ahead_record(tpuc_runtime *rt, const tpuc_op_call *c, bool *qu
       q->cap = cap;
     }
   }
-  if (!st) st = fill ? tpuc_fill_predict(rt, c) : predict_results(rt, e, &s, c->device);
+  if (!st) st = fill ? tpuc_fill_predict(rt, c) : tpuc_ahead_predict(rt, e, &s, c->device);
   if (!st) st = rec_copy(&q->recs[q->n], c);
   if (!st) {
     q->n++;

@@ -135,11 +135,18 @@ static bool whole_period_repeats(const pending *pd, int n, int p) {
 }
 
 /* ---- flushing ---- */
+/* What a flush is: one that something waits for (a read, tpuc_flush), a cut
+ * while recording (nothing waits: the chunk may queue, fused_ahead.c), or the
+ * run of a queued chunk (its records are not pd's pending ones). */
+enum { FLUSH_WAITED, FLUSH_CUT, FLUSH_QUEUED };
+
 /* host_first: tpuc_flush_host_first's flush (the chunk may be dropped, see there) */
-static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
-                                   tpuc_replay **capture, bool host_first) {
-  int n = pd->n;
+/* cut_live: a queued chunk's slots' liveness when it was cut (its program's) */
+static tpuc_status *flush_chunk(tpuc_runtime *rt, int device, pending *pd, tpuc_replay **capture,
+                                bool host_first, int kind, rec *recs, int n,
+                                const bool *cut_live, int cut_slots) {
   if (n == 0) return NULL;
+  bool queued_run = kind == FLUSH_QUEUED, moved = false;
   slot_set s;
   slots_init(&s);
   unsigned char stack[2048];
@@ -150,20 +157,28 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
   fast_entry *owned = NULL;
   tpuc_status *st = NULL;
   size_t *op_end = NULL;
-  if (!capture) { /* a chunk that repeats a recorded one (fused_replay.c) */
+  /* chunks queued ahead of their compiles run first (fused_ahead.c), unless
+     this one is cut while recording and may queue behind them */
+  bool may_queue = kind == FLUSH_CUT && !capture && !host_first && fused_ahead_wanted(rt, pd);
+  if (!queued_run && pd->nqueued && !may_queue) {
+    st = fused_ahead_drain(rt, device, pd);
+    if (st) goto done;
+  }
+  if (!capture && !queued_run) { /* a chunk that repeats a recorded one (fused_replay.c) */
     bool replayed = false;
     st = fused_replay_flush(rt, device, pd, &replayed);
     if (replayed) goto done;
   }
-  fused_replay_reset(pd); /* its buffer references would stop donation below */
+  if (!queued_run) fused_replay_reset(pd); /* its buffer references would stop donation below */
   /* an optimizer's first step: its new state is zeroed before the chunk,
      whose program then is the next steps' (fused_hoist.c) */
-  if (!capture && !host_first) {
+  if (!capture && !host_first && !queued_run) {
     st = fused_hoist_fills(rt, pd);
     n = pd->n;
     if (st || n == 0) goto done;
   }
-  bool keep = !capture && !pd->chunk_has_graph && !atomic_load(&rt->fused_replay_off);
+  bool keep = !capture && !queued_run && !pd->chunk_has_graph &&
+              !atomic_load(&rt->fused_replay_off);
   if (keep) op_end = malloc((size_t)n * sizeof *op_end);
   if (!calls || !ts || !os) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -171,9 +186,11 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
   }
   /* in debug mode (a compiled graph run at once) the chunk waits and checks */
   bool wait = tpuc_get_mode(rt) == TPUC_MODE_DEBUG, checks = tpuc_checks_wanted(rt, wait);
+  may_queue = may_queue && !wait && !checks;
   key_put(&k, checks ? "G" : "F", 1);
+  s.predict = pd->nqueued > 0 && !queued_run; /* behind queued chunks: their results' types */
   for (int i = 0; i < n && !st; i++) {
-    const tpuc_op_call *c = &pd->recs[i].call;
+    const tpuc_op_call *c = &recs[i].call;
     calls[i] = c;
     ts[i] = malloc((size_t)(c->ntensors + 1) * sizeof(int));
     os[i] = malloc((size_t)(c->noutputs + 1) * sizeof(int));
@@ -191,6 +208,9 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
   }
   for (int i = 0; i < n; i++) slots_read(calls[i], ts[i], os[i], read, seen);
   for (int i = 0; i < s.n; i++) live[i] = atomic_load(&s.storage[i]->alive);
+  /* a value freed since its chunk was queued is still computed (its program
+     was formed with it; the result is dropped) */
+  if (cut_live && cut_slots == s.n) memcpy(live, cut_live, (size_t)s.n * sizeof *live);
   key_slots(&k, &s, read, live);
   if (k.oom) {
     st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -203,29 +223,36 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
   host_first = host_first && bytes <= rt->host_first_max_bytes;
   pthread_mutex_lock(&rt->fast_lock);
   fast_entry *e = cache_find(rt, h, &k);
-  rt->flushes++;
-  if (e) rt->chunk_hits++;
-  else rt->chunk_misses++;
+  if (!queued_run) { /* (a queued chunk was counted when it was cut) */
+    rt->flushes++;
+    if (e) rt->chunk_hits++;
+    else rt->chunk_misses++;
+  }
   /* host-first: a chunk whose program is still in the compile pool */
   bool coming = host_first && e && !e->exe && e->pending && host_first_poll(rt, e);
   pthread_mutex_unlock(&rt->fast_lock);
-  if (!coming && (!e || !e->exe)) { /* (an entry without one: host-first's, compile failed) */
+  /* queued: its program is in the compile pool already (an earlier chunk's) */
+  bool in_pool = may_queue && e && !e->exe && e->prefetched;
+  if (!coming && !in_pool && (!e || !e->exe)) { /* (an entry without one: host-first's, compile failed) */
     fast_entry *ne = entry_new(&k, h);
     if (!ne) {
       st = tpuc_status_make(TPUC_ERR_OUT_OF_MEMORY, "out of host memory");
       goto done;
     }
-    st = plan_build(rt, calls, ts, os, n, &s, read, live,
-                    host_first ? PLAN_HOST_FIRST : PLAN_COMPILE, checks, ne, "fused chunk");
+    int mode = may_queue ? PLAN_PREFETCH : host_first ? PLAN_HOST_FIRST : PLAN_COMPILE;
+    st = plan_build(rt, calls, ts, os, n, &s, read, live, mode, checks, ne, "fused chunk");
     if (st) {
       entry_free(ne);
       goto done;
     }
+    ne->prefetched = mode == PLAN_PREFETCH;
     pthread_mutex_lock(&rt->fast_lock);
     fast_entry *old = cache_find(rt, h, &k);
     if (old && !old->exe && ne->exe) { /* its program arrived (or was compiled now) */
       old->exe = ne->exe;
       ne->exe = NULL;
+    } else if (old && !old->exe && ne->prefetched) { /* handed to the pool (again) */
+      old->prefetched = true;
     } else if (old && !old->exe && !old->pending && ne->pending) { /* it is in the pool */
       old->pending = ne->pending;
       old->pending_len = ne->pending_len;
@@ -236,6 +263,11 @@ static tpuc_status *flush_capturing(tpuc_runtime *rt, int device, pending *pd,
     pthread_mutex_unlock(&rt->fast_lock);
     if (e != ne) owned = ne;
     if (!e) e = ne;
+  }
+  if (may_queue && (!e->exe || pd->nqueued)) { /* behind its compile: fused_ahead.c */
+    st = fused_ahead_push(rt, device, pd, e, &s, live, recs, n);
+    moved = !st;
+    goto done;
   }
   if (!e->exe) { /* host-first: nothing runs; the recording is dropped below */
     pthread_mutex_lock(&rt->fast_lock);
@@ -259,12 +291,14 @@ done:
   for (int i = 0; i < n; i++) {
     if (ts) free(ts[i]);
     if (os) free(os[i]);
-    rec_free(&pd->recs[i]);
+    if (!moved) rec_free(&recs[i]); /* (moved: the queue holds them) */
   }
-  pd->n = 0;
-  pd->chunk_has_graph = false;
-  fused_seen_clear(pd);
-  fused_replay_reset(pd);
+  if (!queued_run) {
+    pd->n = 0;
+    pd->chunk_has_graph = false;
+    fused_seen_clear(pd);
+    fused_replay_reset(pd);
+  }
   free(op_end);
   entry_free(owned);
   free(calls);
@@ -279,7 +313,17 @@ done:
 }
 
 static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
-  return flush_capturing(rt, device, pd, NULL, false);
+  return flush_chunk(rt, device, pd, NULL, false, FLUSH_WAITED, pd->recs, pd->n, NULL, 0);
+}
+
+/* a cut while recording: the chunk may wait for its compile in the queue */
+static tpuc_status *flush_cut(tpuc_runtime *rt, int device, pending *pd) {
+  return flush_chunk(rt, device, pd, NULL, false, FLUSH_CUT, pd->recs, pd->n, NULL, 0);
+}
+
+tpuc_status *fused_run_queued(tpuc_runtime *rt, int device, pending *pd, rec *recs, int n,
+                              const bool *live, int nslots) {
+  return flush_chunk(rt, device, pd, NULL, false, FLUSH_QUEUED, recs, n, live, nslots);
 }
 
 tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out) {
@@ -292,7 +336,7 @@ tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out)
   if (st || !rt->pending) return st;
   pending *pd = pending_of(rt, device);
   pthread_mutex_lock(&pd->lock);
-  st = flush_capturing(rt, device, pd, out, false);
+  st = flush_chunk(rt, device, pd, out, false, FLUSH_WAITED, pd->recs, pd->n, NULL, 0);
   pd->anchored = false;
   pthread_mutex_unlock(&pd->lock);
   return st;
@@ -322,7 +366,7 @@ tpuc_status *tpuc_flush_host_first(tpuc_runtime *rt, int device) {
     if (device >= 0 && d != device) continue;
     pending *pd = pending_of(rt, d);
     pthread_mutex_lock(&pd->lock);
-    tpuc_status *st = flush_capturing(rt, d, pd, NULL, true);
+    tpuc_status *st = flush_chunk(rt, d, pd, NULL, true, FLUSH_WAITED, pd->recs, pd->n, NULL, 0);
     pd->anchored = false;
     pthread_mutex_unlock(&pd->lock);
     if (st && !first) first = st;
@@ -338,14 +382,36 @@ int64_t tpuc_pending_ops(tpuc_runtime *rt, int device) {
     if (device >= 0 && d != device) continue;
     pending *pd = pending_of(rt, d);
     pthread_mutex_lock(&pd->lock);
-    n += pd->n;
+    n += pd->n + pd->queued_ops;
     pthread_mutex_unlock(&pd->lock);
   }
   return n;
 }
 
+/* Whether the pending (recording) chunk uses storage st. */
+static bool pending_uses(const pending *pd, const tpuc_storage *st) {
+  for (int i = 0; i < pd->n; i++) {
+    const rec *r = &pd->recs[i];
+    for (int t = 0; t < r->call.ntensors + r->call.noutputs; t++)
+      if (r->tensors[t].storage == st) return true;
+  }
+  return false;
+}
+
 tpuc_status *tpuc_fused_flush_for(tpuc_storage *s) {
-  return tpuc_flush(s->rt, s->device);
+  tpuc_runtime *rt = s->rt;
+  if (rt->pending) {
+    /* only queued chunks use it: they run, the recording chunk stays pending
+       (as without the queue, where its results would have been there). Strict
+       mode's queue is empty while chunks are queued: recording drains it */
+    pending *pd = pending_of(rt, s->device);
+    pthread_mutex_lock(&pd->lock);
+    bool queued_only = pd->nqueued && !pending_uses(pd, s);
+    tpuc_status *st = queued_only ? fused_ahead_drain(rt, s->device, pd) : NULL;
+    pthread_mutex_unlock(&pd->lock);
+    if (queued_only) return st;
+  }
+  return tpuc_flush(rt, s->device);
 }
 
 tpuc_status *tpuc_set_mode(tpuc_runtime *rt, tpuc_mode mode) {
@@ -369,6 +435,7 @@ void tpuc_fused_destroy(tpuc_runtime *rt) {
   tpuc_status_destroy(tpuc_flush(rt, -1));
   for (int d = 0; d < rt->device_count; d++) {
     fused_replay_destroy(&rt->pending[d]);
+    fused_ahead_free(&rt->pending[d]);
     free(rt->pending[d].recs);
     fused_seen_free(&rt->pending[d]);
     pthread_mutex_destroy(&rt->pending[d].lock);
@@ -402,17 +469,17 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
     pd->anchored = false; /* only tpuc_flush cuts a graph */
   } else if (pd->n > 0 && pd->anchored && pd->period > 0 && sig == pd->anchor &&
              pd->n == pd->period) {
-    st = flush_locked(rt, c->device, pd); /* the next iteration of a known loop */
+    st = flush_cut(rt, c->device, pd); /* the next iteration of a known loop */
   } else if (prev >= 0 && (pd->period == 0 || !pd->anchored) &&
              whole_period_repeats(pd, pd->n, prev)) {
     /* a loop recognised: two whole periods ended here */
     int period = pd->n - prev;
-    st = flush_locked(rt, c->device, pd);
+    st = flush_cut(rt, c->device, pd);
     pd->anchored = true;
     pd->anchor = sig;
     pd->period = period;
   } else if (pd->n >= CHUNK_CAP) {
-    st = flush_locked(rt, c->device, pd);
+    st = flush_cut(rt, c->device, pd);
     pd->anchored = false;
     pd->period = 0;
   } else if (pd->anchored && pd->period && pd->n > 2 * pd->period) {
@@ -429,7 +496,9 @@ tpuc_status *tpuc_fused_record(tpuc_runtime *rt, const tpuc_op_call *c) {
     pd->chunk_start = (cut_state){pd->anchored, pd->anchor, pd->period};
     pd->chunk_reset_at = -1;
     uint64_t same = 0;
-    fused_replay_match(rt, pd, c, &same); /* starts matching a recorded chunk */
+    /* starts matching a recorded chunk (not behind queued chunks: a template's
+       buffers would be read before they wrote them) */
+    if (!pd->nqueued) fused_replay_match(rt, pd, c, &same);
   }
 append:
   if (pd->n == pd->cap) {

@@ -76,6 +76,9 @@ typedef struct tpuc_pending {
   keybuf mk;       /* their signature so far */
   int64_t replays, replayed_ops, fallbacks, reasons_noted;
   char reasons[FUSED_REASONS][FUSED_REASON_LEN];
+  /* ---- chunks cut while their programs compile (fused_ahead.c) ---- */
+  struct queued_chunk *queued;
+  int nqueued, qcap, queued_ops;
 } pending;
 
 /* fused_seen.c: the pending chunk's signature -> last position map */
@@ -103,6 +106,24 @@ void fused_replay_keep(pending *pd, const keybuf *k, const size_t *op_end, const
 /* Ends the pending chunk's matching (its ops are being freed). */
 void fused_replay_reset(pending *pd);
 void fused_replay_destroy(pending *pd);
+
+/* fused_ahead.c (the caller holds pd->lock): compile-ahead for chunks. */
+/* Whether a chunk cut at a loop boundary may wait in the queue for its
+ * program (TPUC_COMPILE_AHEAD; nothing is read yet). */
+bool fused_ahead_wanted(tpuc_runtime *rt, const pending *pd);
+/* Takes the chunk's n records over (the caller forgets them) and queues
+ * them; e is its plan (compiled or in the compile pool), over slot set s
+ * with the slots' liveness `live` (kept: its program's). */
+tpuc_status *fused_ahead_push(tpuc_runtime *rt, int device, pending *pd, const fast_entry *e,
+                              const slot_set *s, const bool *live, rec *recs, int n);
+/* Runs the queued chunks in order (fused.c's fused_run_queued), each formed
+ * again from the real buffers; after a failure the rest are dropped. */
+tpuc_status *fused_ahead_drain(tpuc_runtime *rt, int device, pending *pd);
+void fused_ahead_free(pending *pd);
+/* fused.c: runs a queued chunk's records as a flush would, with the slots'
+ * liveness of when it was cut, and frees them. */
+tpuc_status *fused_run_queued(tpuc_runtime *rt, int device, pending *pd, rec *recs, int n,
+                              const bool *live, int nslots);
 
 /* fused_hoist.c: runs the pending chunk's fills of new storages that outlive
  * it first and takes them out of it (its top comment). */

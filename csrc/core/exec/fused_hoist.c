@@ -14,7 +14,8 @@
  * of a whole storage that has no buffer yet (never written), that no earlier
  * call of the chunk touches, and that is still alive when the chunk runs
  * (a temporary such as a loss's gradient seed stays in the chunk, where XLA
- * folds the constant). It runs as strict mode runs it: an upload when
+ * folds the constant) and that no chunk queued ahead of its compile writes
+ * (fused_ahead.c). It runs as strict mode runs it: an upload when
  * fill.c takes it (TPUC_HOST_FILL_MAX_KB), else its own small program. The
  * values are the fill's either way. TPUC_FUSED_HOIST_FILLS=0 turns it off.
  * The caller holds pd->lock. */
@@ -49,7 +50,7 @@ static bool hoistable(const pending *pd, int i, int kept) {
   const tpuc_op_call *c = &pd->recs[i].call;
   if (!tpuc_fill_whole(c)) return false;
   tpuc_storage *st = c->outputs[0].storage;
-  if (!atomic_load(&st->alive)) return false;
+  if (!atomic_load(&st->alive) || st->ahead) return false; /* (ahead: a queued chunk writes it) */
   tpuc_buffer *b = tpuc_storage_peek_buffer(st);
   if (b) {
     tpuc_buffer_release(b);

@@ -272,6 +272,7 @@ void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out) {
   out->ahead_ops = rt->ahead_ops;
   out->host_first_ops = rt->host_first_ops;
   out->hoisted_fills = rt->hoisted_fills;
+  out->ahead_chunks = rt->ahead_chunks;
   pthread_mutex_unlock(&rt->fast_lock);
   out->recompiles = tpuc_recompile_count(rt);
 }

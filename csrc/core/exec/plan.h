@@ -166,6 +166,12 @@ tpuc_status *plan_arg_buffer(tpuc_runtime *rt, int device, const tpuc_arg *a,
 tpuc_status *plan_launch(tpuc_runtime *rt, int device, const fast_entry *e, const slot_set *s,
                          const tpuc_op_call *const *calls, bool wait);
 
+/* ahead.c: leaves in each storage e writes (its results over slot set s) a
+ * shape-only buffer of the type it will hold after e runs (tpuc_storage.ahead),
+ * for the programs formed behind it (slot_set.predict). */
+tpuc_status *tpuc_ahead_predict(tpuc_runtime *rt, const fast_entry *e, const slot_set *s,
+                                int device);
+
 /* replay.c: what launching e again over the same slots needs (before
  * plan_launch, while s holds the initial buffers). */
 tpuc_status *replay_from_plan(tpuc_runtime *rt, int device, const fast_entry *e,

@@ -526,6 +526,7 @@ typedef struct {
   int64_t ahead_ops;      /* strict ops queued while their programs compiled (exec/ahead.c) */
   int64_t host_first_ops; /* strict ops answered TPUC_ERR_NOT_COMPILED (TPUC_HOST_FIRST=1) */
   int64_t hoisted_fills;  /* fills of new storages run before their fused chunk (fused_hoist.c) */
+  int64_t ahead_chunks;   /* fused chunks queued while their programs compiled (fused_ahead.c) */
 } tpuc_op_stats;
 
 void tpuc_op_stats_get(tpuc_runtime *rt, tpuc_op_stats *out);

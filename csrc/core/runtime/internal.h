@@ -166,6 +166,7 @@ struct tpuc_runtime {
   int64_t host_first_max_bytes; /* TPUC_HOST_FIRST_MAX_MB (default 64) */
   int64_t host_first_ops;       /* calls answered TPUC_ERR_NOT_COMPILED, under fast_lock */
   int64_t hoisted_fills;        /* exec/fused_hoist.c, under fast_lock */
+  int64_t ahead_chunks;         /* exec/fused_ahead.c, under fast_lock */
   int64_t host_fill_max_bytes;  /* TPUC_HOST_FILL_MAX_KB (default 1024; 0: off): exec/fill.c */
   struct tpuc_recompiles *recompiles; /* exec/recompile.c */
 
