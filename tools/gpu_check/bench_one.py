@@ -37,7 +37,8 @@ def _tpu_stats(torch: Any) -> dict[str, Any]:
     st = torch.tpu.stats()
     keep = ("compiles", "cached_executables", "disk_hits", "preloaded", "disk_misses", "disk_writes",
             "compile_seconds", "load_seconds", "executions", "flushes", "dynamo_compiles",
-            "recompiles", "fused_replays", "graph_replays")
+            "recompiles", "fused_replays", "graph_replays", "ahead_ops", "ahead_chunks",
+            "hoisted_fills")
     out = {k: st.get(k) for k in keep}
     out["fallbacks"] = sum(st.get("fallbacks", {}).values())
     out["fallback_ops"] = sorted(st.get("fallbacks", {}))[:12]

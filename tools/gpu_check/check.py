@@ -343,6 +343,10 @@ def plan() -> list[Contender]:
             if mode in S.modes:
                 out.append(Contender(size, "tpu", mode, "cold", t_cold))
                 out.append(Contender(size, "tpu", mode, "warm", t_warm))
+            if mode == "fused" and mode in S.modes and not big:
+                # fused mode without compile-ahead for its chunks (exec/fused_ahead.c): what
+                # compiling the first step's chunks side by side buys, cold
+                out.append(Contender(size, "tpu", "fused-serial", "cold", t_cold))
             if mode == "strict" and mode in S.modes and not big:
                 # strict mode without the compile-ahead queue (TPUC_COMPILE_AHEAD=0; on by
                 # default but on the XLA CPU plugin): what the queue buys on this plugin, cold
