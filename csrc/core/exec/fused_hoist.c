@@ -19,17 +19,22 @@
  * fill.c takes it (TPUC_HOST_FILL_MAX_KB), else its own small program. The
  * values are the fill's either way. TPUC_FUSED_HOIST_FILLS=0 turns it off.
  * The caller holds pd->lock. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "fused.h"
 
+static bool g_on; /* read once: a switch for the process */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void read_switch(void) {
+  const char *v = getenv("TPUC_FUSED_HOIST_FILLS");
+  g_on = !(v && !strcmp(v, "0"));
+}
+
 static bool hoist_on(void) {
-  static int on = -1; /* read once: a switch for the process */
-  if (on < 0) {
-    const char *v = getenv("TPUC_FUSED_HOIST_FILLS");
-    on = !(v && !strcmp(v, "0"));
-  }
-  return on;
+  pthread_once(&g_once, read_switch);
+  return g_on;
 }
 
 /* Whether one of the calls kept so far (recs[0..kept), the chunk's calls
