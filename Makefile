@@ -86,7 +86,7 @@ build/c-asan/build.ninja: $(VENV)/.deps
 	$(VENV)/bin/cmake -S . -B build/c-asan -G Ninja -DTPUC_BUILD_TESTS=ON -DTPUC_SANITIZE=ON \
 	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
 
-C_TESTS = test_runtime test_engine test_disk_cache test_collective test_reliability test_kv_bridge test_replay test_progress test_fill
+C_TESTS = test_runtime test_engine test_disk_cache test_collective test_reliability test_kv_bridge test_replay test_progress test_fill test_fused_ahead
 
 # the C core's layers (tools/check_layers.py, docs/architecture.md "Layers"): includes and
 # file sizes here, and after the C build the object files' calls between modules too

@@ -482,56 +482,6 @@ static void test_fused_loop_hits_the_cache(void) {
   tpuc_storage_destroy(sy);
 }
 
-static void test_fused_chunks_queue_behind_compiles(void) {
-  /* a = (a + b) * 0.5 over 6 new a-storages: chunks cut at the loop boundary
-   * while their program compiles queue (exec/fused_ahead.c) and recording goes
-   * on; reading a storage only queued chunks use runs them and leaves the
-   * recording chunk pending; the values are the loop's */
-  float x[4] = {8, 8, 8, 8}, y[4] = {0, 2, 4, 6}, got[4];
-  int64_t sz[1] = {4};
-  tpuc_storage *sy = storage_f32(y, 4), *a[7];
-  a[0] = storage_f32(x, 4);
-  tpuc_arg half;
-  memset(&half, 0, sizeof half);
-  half.kind = TPUC_ARG_SCALAR;
-  half.scalar.kind = TPUC_SCALAR_FLOAT;
-  half.scalar.re = 0.75; /* a value no other test compiles with: new programs */
-  tpuc_op_stats s0, s1;
-  tpuc_op_stats_get(rt, &s0);
-  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_FUSED));
-  tpuc_tensor ty = contiguous(sy, 1, sz);
-  for (int it = 0; it < 6; it++) {
-    tpuc_storage *tmp = storage_f32(NULL, 4);
-    a[it + 1] = storage_f32(NULL, 4);
-    tpuc_tensor ta = contiguous(a[it], 1, sz), tt = contiguous(tmp, 1, sz),
-                tn = contiguous(a[it + 1], 1, sz);
-    tpuc_tensor ay[2] = {ta, ty};
-    CHECK_OK(run1(OP(k_add), ay, 2, tt, NULL, 0));
-    CHECK_OK(run1(OP(k_scale), &tt, 1, tn, &half, 1));
-    tpuc_storage_destroy(tmp);
-  }
-  tpuc_op_stats_get(rt, &s1);
-  CHECK(s1.ahead_chunks - s0.ahead_chunks >= 1); /* cut, not run: queued */
-  CHECK(tpuc_pending_ops(rt, 0) == 12);         /* every op waits, queued or recording */
-  read_f32(a[2], got, 4); /* written by a queued chunk: the queue runs */
-  float e = 0;
-  for (int i = 0; i < 4; i++) {
-    e = ((x[i] + y[i]) * 0.75f + y[i]) * 0.75f;
-    CHECK(got[i] == e);
-  }
-  CHECK(tpuc_pending_ops(rt, 0) > 0); /* the recording chunk was left to record */
-  read_f32(a[6], got, 4);
-  for (int i = 0; i < 4; i++) {
-    e = x[i];
-    for (int it = 0; it < 6; it++) e = (e + y[i]) * 0.75f;
-    CHECK(got[i] == e);
-  }
-  CHECK(tpuc_pending_ops(rt, 0) == 0);
-  CHECK_OK(tpuc_set_mode(rt, TPUC_MODE_STRICT));
-  for (int i = 0; i < 7; i++) tpuc_storage_destroy(a[i]);
-  tpuc_storage_destroy(sy);
-}
-
 static void test_fused_declined_and_host_writes(void) {
   float x[2] = {1, 2}, z[2] = {5, 5}, got[2];
   int64_t sz[1] = {2};
@@ -798,7 +748,6 @@ int main(void) {
   RUN(test_complex_views_of_float_storage);
   RUN(test_fused_chain_matches_strict);
   RUN(test_fused_loop_hits_the_cache);
-  RUN(test_fused_chunks_queue_behind_compiles);
   RUN(test_fused_declined_and_host_writes);
   RUN(test_signature_cache_and_scalars);
   RUN(test_declined_is_unimplemented_and_cached);
