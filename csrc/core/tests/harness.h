@@ -69,6 +69,55 @@ static inline bool harness_runtime(const tpuc_runtime_options *opts, tpuc_runtim
   return false;
 }
 
+/* A 1-d contiguous tensor over the first n elements of storage s. */
+static inline tpuc_tensor harness_vec(tpuc_storage *s, tpuc_dtype dt, int64_t n) {
+  tpuc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.storage = s;
+  t.dtype = dt;
+  t.ndim = 1;
+  t.sizes[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+/* A float32 storage of n elements, uploaded from data unless it is NULL. */
+static inline tpuc_storage *harness_storage_f32(tpuc_runtime *rt, const float *data, int64_t n) {
+  tpuc_storage *s = NULL;
+  CHECK_OK(tpuc_storage_create(rt, 0, (size_t)n * 4, &s));
+  if (s && data) CHECK_OK(tpuc_storage_upload(s, TPUC_F32, &n, 1, data));
+  return s;
+}
+
+/* Scalar arguments: a float, an integer. */
+static inline tpuc_arg harness_scalar_f(double x) {
+  tpuc_arg a;
+  memset(&a, 0, sizeof a);
+  a.kind = TPUC_ARG_SCALAR;
+  a.scalar.kind = TPUC_SCALAR_FLOAT;
+  a.scalar.re = x;
+  return a;
+}
+
+static inline tpuc_arg harness_scalar_i(int64_t x) {
+  tpuc_arg a = harness_scalar_f((double)x);
+  a.scalar.kind = TPUC_SCALAR_INT;
+  a.scalar.i = x;
+  return a;
+}
+
+/* out = a * by (aten::mul.Scalar), as strict or fused mode runs it. */
+static inline tpuc_status *harness_mul_scalar(tpuc_runtime *rt, tpuc_tensor a, tpuc_tensor out,
+                                              double by) {
+  tpuc_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].kind = TPUC_ARG_TENSOR;
+  args[0].tensors.count = 1;
+  args[1] = harness_scalar_f(by);
+  tpuc_op_call c = {tpuc_op_find(rt, "aten::mul.Scalar"), 0, args, 2, &a, 1, &out, 1};
+  return tpuc_op_run(rt, &c, false);
+}
+
 /* The end of main(): the closing line and the exit status. */
 static inline int harness_end(void) {
   printf("%d passed, %d failed\n", g_h.passed, g_h.failed);

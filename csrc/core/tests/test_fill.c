@@ -47,21 +47,8 @@ static tpuc_status *fill(tpuc_runtime *r, tpuc_tensor t, const tpuc_arg *v) {
   return tpuc_op_run(r, &c, false);
 }
 
-static tpuc_arg scalar_f(double x) {
-  tpuc_arg a;
-  memset(&a, 0, sizeof a);
-  a.kind = TPUC_ARG_SCALAR;
-  a.scalar.kind = TPUC_SCALAR_FLOAT;
-  a.scalar.re = x;
-  return a;
-}
-
-static tpuc_arg scalar_i(int64_t x) {
-  tpuc_arg a = scalar_f((double)x);
-  a.scalar.kind = TPUC_SCALAR_INT;
-  a.scalar.i = x;
-  return a;
-}
+#define scalar_f harness_scalar_f
+#define scalar_i harness_scalar_i
 
 /* Fills a 2 x 3 storage of dtype dt with v and checks every element's bytes. */
 static void expect(tpuc_dtype dt, tpuc_arg v, const void *want, int64_t new_compiles) {
@@ -163,15 +150,7 @@ static void test_off_with_0_and_over_the_bound(void) {
 /* With compile-ahead's queue (TPUC_COMPILE_AHEAD=1) a fill behind queued ops
  * is queued too, as an upload (no program), and runs in order: an op queued
  * before it reads the old values, one queued after it reads the constant. */
-static tpuc_status *scale(tpuc_runtime *r, tpuc_tensor in, tpuc_tensor out, double by) {
-  tpuc_arg args[2];
-  memset(args, 0, sizeof args);
-  args[0].kind = TPUC_ARG_TENSOR;
-  args[0].tensors.count = 1;
-  args[1] = scalar_f(by);
-  tpuc_op_call c = {tpuc_op_find(r, "aten::mul.Scalar"), 0, args, 2, &in, 1, &out, 1};
-  return tpuc_op_run(r, &c, false);
-}
+#define scale harness_mul_scalar /* out = in * by */
 
 static void test_queued_behind_compiles_in_order(void) {
   tpuc_runtime *q = runtime_with("TPUC_COMPILE_AHEAD", "1");

@@ -12,31 +12,10 @@ harness g_h;
 static tpuc_runtime *rt;
 
 static tpuc_storage *storage_f32(const float *data, int64_t n) {
-  tpuc_storage *s = NULL;
-  CHECK_OK(tpuc_storage_create(rt, 0, (size_t)n * 4, &s));
-  if (s && data) CHECK_OK(tpuc_storage_upload(s, TPUC_F32, &n, 1, data));
-  return s;
+  return harness_storage_f32(rt, data, n);
 }
 
-static tpuc_tensor vec(tpuc_storage *s, int64_t n) {
-  tpuc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.storage = s;
-  t.dtype = TPUC_F32;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
-
-static tpuc_arg scalar_f(double x) {
-  tpuc_arg a;
-  memset(&a, 0, sizeof a);
-  a.kind = TPUC_ARG_SCALAR;
-  a.scalar.kind = TPUC_SCALAR_FLOAT;
-  a.scalar.re = x;
-  return a;
-}
+static tpuc_tensor vec(tpuc_storage *s, int64_t n) { return harness_vec(s, TPUC_F32, n); }
 
 /* out = a + b (aten::add.Tensor, alpha 1) */
 static tpuc_status *add(tpuc_tensor a, tpuc_tensor b, tpuc_tensor out) {
@@ -46,22 +25,13 @@ static tpuc_status *add(tpuc_tensor a, tpuc_tensor b, tpuc_tensor out) {
   args[0].kind = args[1].kind = TPUC_ARG_TENSOR;
   args[0].tensors.count = args[1].tensors.count = 1;
   args[1].tensors.first = 1;
-  args[2] = scalar_f(1.0);
-  args[2].scalar.kind = TPUC_SCALAR_INT;
-  args[2].scalar.i = 1;
+  args[2] = harness_scalar_i(1);
   tpuc_op_call c = {tpuc_op_find(rt, "aten::add.Tensor"), 0, args, 3, ins, 2, &out, 1};
   return tpuc_op_run(rt, &c, false);
 }
 
-/* out = a * by (aten::mul.Scalar) */
 static tpuc_status *scale(tpuc_tensor a, tpuc_tensor out, double by) {
-  tpuc_arg args[2];
-  memset(args, 0, sizeof args);
-  args[0].kind = TPUC_ARG_TENSOR;
-  args[0].tensors.count = 1;
-  args[1] = scalar_f(by);
-  tpuc_op_call c = {tpuc_op_find(rt, "aten::mul.Scalar"), 0, args, 2, &a, 1, &out, 1};
-  return tpuc_op_run(rt, &c, false);
+  return harness_mul_scalar(rt, a, out, by);
 }
 
 static void read_f32(tpuc_storage *s, float *out, size_t n) {

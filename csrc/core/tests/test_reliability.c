@@ -14,16 +14,7 @@
 harness g_h;
 static tpuc_runtime *rt;
 
-static tpuc_tensor dense(tpuc_storage *s, tpuc_dtype dt, int64_t n) {
-  tpuc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.storage = s;
-  t.dtype = dt;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+#define dense harness_vec /* a 1-d contiguous tensor */
 
 /* out = x.index_select(0, idx) with x = [0, 1, 2, 3]; out keeps -1s if not written */
 static tpuc_status *index_select(const int64_t *idx, float *out) {

@@ -30,22 +30,10 @@ static const tpuc_lowering k_scale = {"test::scale", low_scale};
 #define OP(l) ((const tpuc_op *)&(l))
 
 static tpuc_storage *storage_f32(const float *data, int64_t n) {
-  tpuc_storage *s = NULL;
-  CHECK_OK(tpuc_storage_create(rt, 0, (size_t)n * 4, &s));
-  if (s && data) CHECK_OK(tpuc_storage_upload(s, TPUC_F32, &n, 1, data));
-  return s;
+  return harness_storage_f32(rt, data, n);
 }
 
-static tpuc_tensor vec(tpuc_storage *s, int64_t n) {
-  tpuc_tensor t;
-  memset(&t, 0, sizeof t);
-  t.storage = s;
-  t.dtype = TPUC_F32;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+static tpuc_tensor vec(tpuc_storage *s, int64_t n) { return harness_vec(s, TPUC_F32, n); }
 
 static tpuc_status *run(const tpuc_op *op, const tpuc_tensor *ins, int nin, tpuc_tensor out,
                         const tpuc_arg *extra) {
