@@ -54,6 +54,16 @@ bool tpuc_ahead_queued(tpuc_runtime *rt, int device) {
   return rt->ahead && atomic_load_explicit(&rt->ahead[device].size, memory_order_acquire) > 0;
 }
 
+void ahead_forget(const rec *r) {
+  for (int t = 0; t < r->call.ntensors + r->call.noutputs; t++) {
+    tpuc_storage *st = r->tensors[t].storage;
+    if (st && st->ahead) {
+      tpuc_buffer_release(st->ahead);
+      st->ahead = NULL;
+    }
+  }
+}
+
 /* Runs the queue of one device (the caller holds its lock). After a failed
  * op the rest are dropped: they may read what it did not write. */
 static tpuc_status *drain_locked(tpuc_runtime *rt, int device, ahead_queue *q) {
@@ -73,13 +83,7 @@ static tpuc_status *drain_locked(tpuc_runtime *rt, int device, ahead_queue *q) {
       entry_free(owned);
       slots_release(&s);
     }
-    for (int t = 0; t < r->call.ntensors + r->call.noutputs; t++) {
-      tpuc_storage *st = r->tensors[t].storage;
-      if (st && st->ahead) {
-        tpuc_buffer_release(st->ahead);
-        st->ahead = NULL;
-      }
-    }
+    ahead_forget(r);
     rec_free(r);
   }
   q->n = 0;

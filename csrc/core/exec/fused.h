@@ -107,6 +107,10 @@ void fused_replay_keep(pending *pd, const keybuf *k, const size_t *op_end, const
 void fused_replay_reset(pending *pd);
 void fused_replay_destroy(pending *pd);
 
+/* ahead.c: drops the predicted buffer types (tpuc_storage.ahead) of the
+ * storages a record uses: it runs now, or what it predicted is known. */
+void ahead_forget(const rec *r);
+
 /* fused_ahead.c (the caller holds pd->lock): compile-ahead for chunks. */
 /* Whether a chunk cut at a loop boundary may wait in the queue for its
  * program (TPUC_COMPILE_AHEAD; nothing is read yet). */

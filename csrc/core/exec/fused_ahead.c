@@ -41,17 +41,6 @@ bool fused_ahead_wanted(tpuc_runtime *rt, const pending *pd) {
   return pd->nqueued == 0 || tpuc_compile_pool_busy(rt) > 0;
 }
 
-static void forget_predictions(rec *recs, int n) {
-  for (int i = 0; i < n; i++)
-    for (int t = 0; t < recs[i].call.ntensors + recs[i].call.noutputs; t++) {
-      tpuc_storage *st = recs[i].tensors[t].storage;
-      if (st && st->ahead) {
-        tpuc_buffer_release(st->ahead);
-        st->ahead = NULL;
-      }
-    }
-}
-
 tpuc_status *fused_ahead_push(tpuc_runtime *rt, int device, pending *pd, const fast_entry *e,
                               const slot_set *s, const bool *live, rec *recs, int n) {
   if (pd->nqueued == pd->qcap) {
@@ -84,7 +73,8 @@ tpuc_status *fused_ahead_drain(tpuc_runtime *rt, int device, pending *pd) {
   tpuc_status *first = NULL;
   for (int i = 0; i < pd->nqueued; i++) {
     queued_chunk *q = &pd->queued[i];
-    forget_predictions(q->recs, q->n); /* formed from the real buffers now */
+    /* formed from the real buffers now */
+    for (int j = 0; j < q->n; j++) ahead_forget(&q->recs[j]);
     if (!first) {
       first = fused_run_queued(rt, device, pd, q->recs, q->n, q->live, q->nslots);
     } else { /* dropped: they may read what the failed chunk did not write */
