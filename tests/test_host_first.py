@@ -126,3 +126,35 @@ def test_host_runs_are_no_fallbacks_and_the_size_cap_holds(tmp_path, max_mb: str
                                         TPUC_HOST_FIRST_MAX_MB=max_mb))
     assert abs(out["y"] - out["ref"]) <= 1e-4 * max(1.0, abs(out["ref"])), out
     assert (out["host"] > 0) == (max_mb != "0"), out
+
+
+_ATTENTION = r"""
+import json, torch, torch.nn.functional as F
+torch.manual_seed(0)
+q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.float64) for _ in range(3))
+ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+cpu = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+qt, kt, vt = (t.float().to("tpu").requires_grad_() for t in (q, k, v))
+before = torch.tpu.stats()["host_first_ops"]
+out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+host = torch.tpu.stats()["host_first_ops"] - before  # the forward alone
+out.sum().backward()
+torch.tpu.manual_seed(3); plain = torch.rand(5, device="tpu").cpu()
+torch.tpu.manual_seed(3); F.scaled_dot_product_attention(qt, kt, vt); after = torch.rand(5, device="tpu").cpu()
+print(json.dumps({"host": host, "err": (out.detach().cpu().double() - ref).abs().max().item(),
+                  "cpu_err": (cpu.double() - ref).abs().max().item(),
+                  "grad": bool(torch.isfinite(qt.grad.cpu()).all()),
+                  "same_draws": plain.tolist() == after.tolist()}))
+"""
+
+
+def test_attention_runs_on_the_host_and_draws_nothing(tmp_path) -> None:
+    """PyTorch's CPU flash attention (what scaled_dot_product_attention picks on tpu) is
+    tagged as seeded but supports no dropout: it takes no generator, so host-first runs it
+    on the host while its program compiles (it used to wait ~0.1 s per shape), within the
+    float32 bound of the CPU's own kernel against float64, and it leaves the tpu generator
+    where it was (rand after it draws what rand without it does, as on the CPU)."""
+    out = _run_code(_ATTENTION, _env(str(tmp_path)))
+    assert out["host"] >= 1, out
+    assert out["err"] <= 8.0 * out["cpu_err"] + 64 * F32_EPS, out
+    assert out["grad"] and out["same_draws"], out

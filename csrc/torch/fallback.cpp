@@ -127,7 +127,13 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
     if (k != Kind::Tensor && k != Kind::TensorList) returns_ok = false;
     if (ret.alias_info() && !ret.alias_info()->isWrite()) returns_ok = false;  // a view
   }
-  info->appends_rng = info->generator_arg < 0 && op.hasTag(at::Tag::nondeterministic_seeded);
+  // A seeded op without a Generator argument takes the default one, except
+  // PyTorch's CPU flash attention: it supports no dropout (nor does its
+  // lowering, lower/nn_attn.c), so it draws nothing. Without a generator it
+  // reserves no offset (the tpu generator advances as the CPU's does) and,
+  // under TPUC_HOST_FIRST=1, may run on the host while its program compiles.
+  info->appends_rng = info->generator_arg < 0 && op.hasTag(at::Tag::nondeterministic_seeded) &&
+                      info->name != "aten::_scaled_dot_product_flash_attention_for_cpu";
   // Factories whose Scalars give the output's shape: their values key the
   // Meta cache; for every other op only a Scalar's kind does.
   for (const char* n : {"arange", "range", "linspace", "logspace", "full"})
