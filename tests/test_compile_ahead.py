@@ -182,3 +182,31 @@ def test_a_cpu_fallback_reads_what_the_queue_computes() -> None:
     out = _run(_FALLBACK, TPUC_FALLBACK="silent")
     assert out["queued"] > 0 and out["fallbacks"] >= 1, out  # igamma has no lowering (yet)
     assert out["err"] <= 1e-6, out
+
+
+# torch.compile(backend="tpu"): the first call of each graph (the forward, each part of the
+# backward) queues behind its compile; the second records again and keeps the program
+_TRAIN_COMPILED = (_TRAIN.replace("opt = torch.optim", "cm = torch.compile(m, backend='tpu')\nopt = torch.optim")
+                   .replace("_, loss = m(x, x)", "_, loss = cm(x, x)")
+                   .replace('"queued": s["ahead_ops"]',
+                            '"queued": s["ahead_chunks"], "compiles": s["compiles"], '
+                            '"replays": s["graph_replays"], "records": s["graph_records"]'))
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_compiled_graphs_queue_on_their_first_call_and_train_bit_identically(threads: str) -> None:
+    """A compiled step's graphs queue behind their compiles on their first call
+    (python/tpuc/dynamo.py, tpuc_flush_cut): four AdamW steps with a host read in the middle
+    give every loss and parameter bit for bit as without the queue, from as many programs
+    (the second call records the same program and finds it compiled); from the third step on
+    the graphs replay as without the queue."""
+    on = _run(_TRAIN_COMPILED, TPUC_COMPILE_THREADS=threads)
+    off = _run(_TRAIN_COMPILED, TPUC_COMPILE_AHEAD="0")
+    assert on["queued"] > 0 and off["queued"] == 0, (on["queued"], off["queued"])
+    assert on["fallbacks"] == off["fallbacks"] == 0
+    assert on["compiles"] == off["compiles"], (on["compiles"], off["compiles"])
+    assert on["records"] == 2 * off["records"], (on["records"], off["records"])
+    assert on["replays"] > 0 and on["replays"] + on["records"] == off["replays"] + off["records"]
+    assert on["losses"] == off["losses"]
+    assert on["mid"] == off["mid"]
+    assert on["params"] == off["params"]

@@ -236,6 +236,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_flush", [](int device) {
     if (tpuc_runtime* rt = runtime_or_null()) check(tpuc_flush(rt, device), "running fused ops");
   }, py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
+  // the recorded ops as a chunk that may wait in the compile-ahead queue
+  // (a compiled graph's first call: python/tpuc/dynamo.py)
+  m.def("_flush_cut", [](int device) {
+    if (tpuc_runtime* rt = runtime_or_null()) check(tpuc_flush_cut(rt, device), "running fused ops");
+  }, py::arg("device") = -1, py::call_guard<py::gil_scoped_release>());
 
   register_replay(m);
   // tpuc doctor: time per kind/op, and a callback(kind, op, detail) at each

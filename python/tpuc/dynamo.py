@@ -23,6 +23,11 @@ last 64 ``graph_replay_reasons`` and counts every reason noted in
 ``graph_replay_notes`` (the difference of two readings says how many of the
 list's last entries are new).
 
+With compile-ahead on (``TPUC_COMPILE_AHEAD``: GPU and TPU plugins by default), a graph's
+first call is recorded and cut without waiting for its compile (``_C._flush_cut``): the
+program compiles in the pool while the next graph (the backward's next part) is recorded, and
+the second call records again, finds the same program compiled, and keeps it.
+
 ``TPUC_GRAPH_REPLAY=record`` records every call into the same standalone
 program (what replay must match bit for bit); ``join`` is the joined mode:
 graphs are deferred, a graph joins the ops already pending and stays pending
@@ -181,6 +186,7 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
         _programs_made += 1
         gid = _programs_made
     plans: list[Any] = []  # kept programs, the last one used first
+    recorded_once: list[bool] = []  # (compile-ahead) the first call was recorded and queued
     never: list[str] = []  # why this graph cannot be replayed (once known)
 
     def run_joined(args: list[Any]) -> Any:
@@ -201,8 +207,10 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
             _C._flush(-1)
         return out
 
-    def record(args: list[Any], capture: bool) -> Any:
-        _C._flush(-1)  # the graph becomes a program of its own
+    def record(args: list[Any], capture: bool, cut: bool = False) -> Any:
+        # cut: the program may wait in the compile-ahead queue (the first call)
+        flush = _C._flush_cut if cut else _C._flush
+        flush(-1)  # the graph becomes a program of its own
         device = _device_of(args)
         if capture and device is not None:
             seed, offset = _C._get_rng_state(device)
@@ -216,7 +224,7 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
             _C._set_mode(prev)
         _note("graph_records")
         if not capture:
-            _C._flush(-1)
+            flush(-1)
             return out
         why = None
         if device is None:
@@ -252,6 +260,14 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
             return run_joined(args)
         if mode == "record" or never:
             return record(args, capture=False)
+        if not plans and not recorded_once and _compile_ahead():
+            # the first call queues behind its compile (compile-ahead): the
+            # graphs of a first step (the forward, each backward part, the
+            # optimizer's) compile side by side while the host records the
+            # next; the second call records again and captures the program,
+            # compiled by then (the same program: recording makes the same)
+            recorded_once.append(True)
+            return record(args, capture=False, cut=True)
         why = None
         for i, plan in enumerate(plans):
             out = plan.launch(args)
@@ -267,6 +283,19 @@ def _graph_runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run
+
+
+_ahead_on: list[bool] = []
+
+
+def _compile_ahead() -> bool:
+    """Whether the runtime queues chunks behind their compiles (TPUC_COMPILE_AHEAD: on by
+    default on GPU and TPU plugins, off on the XLA CPU plugin)."""
+    if not _ahead_on:
+        from . import _C
+
+        _ahead_on.append(bool(_C._runtime_info()["compile_ahead"]))
+    return _ahead_on[0]
 
 
 def _draws_random_bits(n: torch.fx.Node) -> bool:

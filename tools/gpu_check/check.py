@@ -356,6 +356,10 @@ def plan() -> list[Contender]:
                     # (TPUC_OP_XLA_OPTIONS=none): what the GPU default
                     # xla_gpu_autotune_level=0 saves, and what it costs per step (issue 30)
                     out.append(Contender(size, "tpu", "strict-autotune", "cold", t_cold))
+            if mode == "compile" and mode in S.modes and not big and not S.dry:
+                # compiled graphs without compile-ahead (their first call waits for its
+                # compile: python/tpuc/dynamo.py): what compiling them side by side buys, cold
+                out.append(Contender(size, "tpu", "compile-serial", "cold", t_cold))
         if "ref_compile" in S.modes:  # inductor's first compile of fwd + bwd + AdamW: long
             out.append(Contender(size, ref, "compile", "", 150 if big else 90))
     return out

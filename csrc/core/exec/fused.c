@@ -358,6 +358,22 @@ tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
   return first;
 }
 
+tpuc_status *tpuc_flush_cut(tpuc_runtime *rt, int device) {
+  tpuc_status *first = tpuc_ahead_drain(rt, device);
+  if (first || !rt->pending) return first;
+  for (int d = 0; d < rt->device_count; d++) {
+    if (device >= 0 && d != device) continue;
+    pending *pd = pending_of(rt, d);
+    pthread_mutex_lock(&pd->lock);
+    tpuc_status *st = flush_cut(rt, d, pd);
+    pd->anchored = false;
+    pthread_mutex_unlock(&pd->lock);
+    if (st && !first) first = st;
+    else tpuc_status_destroy(st);
+  }
+  return first;
+}
+
 tpuc_status *tpuc_flush_host_first(tpuc_runtime *rt, int device) {
   if (!rt->host_first) return tpuc_flush(rt, device);
   tpuc_status *first = tpuc_ahead_drain(rt, device);

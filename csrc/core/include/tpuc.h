@@ -464,6 +464,12 @@ int64_t tpuc_pending_ops(tpuc_runtime *rt, int device);
 void tpuc_stop_background_compiles(tpuc_runtime *rt);
 /* Runs the ops recorded for `device` (-1: every device) now. */
 tpuc_status *tpuc_flush(tpuc_runtime *rt, int device);
+/* Ends the recorded ops of `device` (-1: every device) as a chunk, as a loop
+ * boundary does, without waiting for it: with compile-ahead on
+ * (TPUC_COMPILE_AHEAD) a chunk whose program is not compiled yet is queued
+ * while the compile pool compiles it, and recording goes on; a read of its
+ * results, tpuc_flush or tpuc_synchronize runs it. Otherwise as tpuc_flush. */
+tpuc_status *tpuc_flush_cut(tpuc_runtime *rt, int device);
 /* tpuc_flush of one device, host-first (TPUC_HOST_FIRST=1; otherwise just
  * tpuc_flush): when the recorded ops' program is not compiled yet, it is
  * handed to the compile pool and the recording is dropped -- nothing ran,
