@@ -312,10 +312,6 @@ done:
   return st;
 }
 
-static tpuc_status *flush_locked(tpuc_runtime *rt, int device, pending *pd) {
-  return flush_chunk(rt, device, pd, NULL, false, FLUSH_WAITED, pd->recs, pd->n, NULL, 0);
-}
-
 /* a cut while recording: the chunk may wait for its compile in the queue */
 static tpuc_status *flush_cut(tpuc_runtime *rt, int device, pending *pd) {
   return flush_chunk(rt, device, pd, NULL, false, FLUSH_CUT, pd->recs, pd->n, NULL, 0);
@@ -342,14 +338,18 @@ tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out)
   return st;
 }
 
-tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
+/* Flushes the pending ops of `device` (-1: every device) as chunks of `kind`
+ * (host_first: tpuc_flush_host_first's), strict mode's queue first; returns
+ * the first error. `past_drain_error`: flush even when that queue failed. */
+static tpuc_status *flush_devices(tpuc_runtime *rt, int device, int kind, bool host_first,
+                                  bool past_drain_error) {
   tpuc_status *first = tpuc_ahead_drain(rt, device); /* queued strict ops (ahead.c) first */
-  if (!rt->pending) return first;
+  if ((first && !past_drain_error) || !rt->pending) return first;
   for (int d = 0; d < rt->device_count; d++) {
     if (device >= 0 && d != device) continue;
     pending *pd = pending_of(rt, d);
     pthread_mutex_lock(&pd->lock);
-    tpuc_status *st = flush_locked(rt, d, pd);
+    tpuc_status *st = flush_chunk(rt, d, pd, NULL, host_first, kind, pd->recs, pd->n, NULL, 0);
     pd->anchored = false; /* an explicit boundary: the next op anchors anew */
     pthread_mutex_unlock(&pd->lock);
     if (st && !first) first = st;
@@ -358,37 +358,17 @@ tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
   return first;
 }
 
+tpuc_status *tpuc_flush(tpuc_runtime *rt, int device) {
+  return flush_devices(rt, device, FLUSH_WAITED, false, true);
+}
+
 tpuc_status *tpuc_flush_cut(tpuc_runtime *rt, int device) {
-  tpuc_status *first = tpuc_ahead_drain(rt, device);
-  if (first || !rt->pending) return first;
-  for (int d = 0; d < rt->device_count; d++) {
-    if (device >= 0 && d != device) continue;
-    pending *pd = pending_of(rt, d);
-    pthread_mutex_lock(&pd->lock);
-    tpuc_status *st = flush_cut(rt, d, pd);
-    pd->anchored = false;
-    pthread_mutex_unlock(&pd->lock);
-    if (st && !first) first = st;
-    else tpuc_status_destroy(st);
-  }
-  return first;
+  return flush_devices(rt, device, FLUSH_CUT, false, false);
 }
 
 tpuc_status *tpuc_flush_host_first(tpuc_runtime *rt, int device) {
   if (!rt->host_first) return tpuc_flush(rt, device);
-  tpuc_status *first = tpuc_ahead_drain(rt, device);
-  if (first || !rt->pending) return first;
-  for (int d = 0; d < rt->device_count; d++) {
-    if (device >= 0 && d != device) continue;
-    pending *pd = pending_of(rt, d);
-    pthread_mutex_lock(&pd->lock);
-    tpuc_status *st = flush_chunk(rt, d, pd, NULL, true, FLUSH_WAITED, pd->recs, pd->n, NULL, 0);
-    pd->anchored = false;
-    pthread_mutex_unlock(&pd->lock);
-    if (st && !first) first = st;
-    else tpuc_status_destroy(st);
-  }
-  return first;
+  return flush_devices(rt, device, FLUSH_WAITED, true, false);
 }
 
 int64_t tpuc_pending_ops(tpuc_runtime *rt, int device) {
