@@ -158,3 +158,43 @@ def test_attention_runs_on_the_host_and_draws_nothing(tmp_path) -> None:
     assert out["host"] >= 1, out
     assert out["err"] <= 8.0 * out["cpu_err"] + 64 * F32_EPS, out
     assert out["grad"] and out["same_draws"], out
+
+
+_NICE = r"""
+import json, os, time, torch
+from tpuc import _C
+x = torch.arange(1000, dtype=torch.float32, device="tpu")
+t0 = time.monotonic()
+while torch.tpu.stats()["compiles"] < 1 and time.monotonic() - t0 < 120:
+    (x * 3.0 + 1.0).sum().item()  # a program the pool compiles (host-first or ahead)
+nices = []
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{tid}/comm") as f:
+        if f.read().strip() != "tpuc-compile":
+            continue
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        stat = f.read()
+    nices.append(int(stat[stat.rindex(")") + 2:].split()[16]))  # field 19: nice
+print(json.dumps({"nices": nices, "info": _C._runtime_info()["compile_nice"],
+                  "host": torch.tpu.stats()["host_first_ops"],
+                  "own": os.getpriority(os.PRIO_PROCESS, 0)}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+@pytest.mark.parametrize("host_first, setting, want", [("1", "19", 19), ("1", None, 0),
+                                                        ("0", "7", 7), ("0", None, 0)])
+def test_compile_threads_take_the_nice_value_asked_for(tmp_path, host_first: str,
+                                                       setting: str | None, want: int) -> None:
+    """TPUC_COMPILE_NICE=19 lets host-first's host runs keep the cores while programs compile
+    (the compile pool's threads, named "tpuc-compile", run at that nice value); by default,
+    with host-first or compile-ahead, they run at the caller's priority. Only they change:
+    the calling thread keeps its own."""
+    env = _env(str(tmp_path), TPUC_HOST_FIRST=host_first, TPUC_COMPILE_AHEAD="1")
+    env.pop("TPUC_COMPILE_NICE", None)
+    if setting is not None:
+        env["TPUC_COMPILE_NICE"] = setting
+    out = _run_code(_NICE, env)
+    assert out["nices"] and all(n == want for n in out["nices"]), out
+    assert out["info"] == want and out["own"] == 0, out
+    assert (out["host"] > 0) == (host_first == "1"), out

@@ -103,6 +103,7 @@ py::dict runtime_info() {
   d["op_xla_options_from_env"] = info.op_xla_options_from_env;
   d["compile_ahead"] = info.compile_ahead;
   d["compile_threads"] = info.compile_threads;
+  d["compile_nice"] = info.compile_nice;
   return d;
 }
 

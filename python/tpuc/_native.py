@@ -47,6 +47,7 @@ class _RuntimeInfo(ctypes.Structure):
         ("op_xla_options_from_env", ctypes.c_bool),
         ("compile_ahead", ctypes.c_bool),
         ("compile_threads", ctypes.c_int),
+        ("compile_nice", ctypes.c_int),
     ]
 
 
@@ -145,6 +146,7 @@ class RuntimeDescription:
     op_xla_options_from_env: bool = False
     compile_ahead: bool = False       # strict mode's compile-ahead queue (TPUC_COMPILE_AHEAD)
     compile_threads: int = 1          # threads compiling ahead of need (TPUC_COMPILE_THREADS)
+    compile_nice: int = 0             # the nice value they run at (TPUC_COMPILE_NICE)
     devices: list[DeviceDescription] = field(default_factory=list)
 
 
@@ -174,6 +176,7 @@ def describe(plugin_path: str, cpu_device_count: int = 0) -> RuntimeDescription:
             op_xla_options_from_env=bool(info.op_xla_options_from_env),
             compile_ahead=bool(info.compile_ahead),
             compile_threads=int(info.compile_threads),
+            compile_nice=int(info.compile_nice),
         )
         for i in range(info.device_count):
             d = _DeviceInfo()

@@ -78,7 +78,8 @@ def _info(as_json: bool) -> int:
     print(f"compile-ahead:     {'on' if desc.compile_ahead else 'off'} ("
           + (f"TPUC_COMPILE_AHEAD={setting}" if setting and setting != "auto" else
              "the default: off on the XLA CPU plugin, on for GPU and TPU plugins")
-          + f"), {desc.compile_threads} compile thread(s)")
+          + f"), {desc.compile_threads} compile thread(s)"
+          + (f" at nice {desc.compile_nice}" if desc.compile_nice else ""))
     print(f"import torch:      {report['autoload']}")
     print(f"tpu_dist:          {transport} transport ({transport_why})")
     print(f"devices:           {len(desc.devices)}")

@@ -108,9 +108,11 @@ typedef struct {
   bool op_xla_options_from_env;
   /* strict mode's compile-ahead queue ($TPUC_COMPILE_AHEAD; default on but on
    * the XLA CPU plugin) and the threads that compile ahead of need
-   * ($TPUC_COMPILE_THREADS; runtime/compile_pool.c) */
+   * ($TPUC_COMPILE_THREADS; runtime/compile_pool.c), at this nice value
+   * ($TPUC_COMPILE_NICE, default 0) */
   bool compile_ahead;
   int compile_threads;
+  int compile_nice;
 } tpuc_runtime_info;
 
 /* Strings stay valid for the runtime's lifetime. */

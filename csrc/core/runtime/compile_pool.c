@@ -11,12 +11,18 @@
  * compile, when the op runs, returns the error at the op. PJRT's compile is
  * thread-safe; the workers are started on the first submission and joined
  * by tpuc_runtime_destroy. TPUC_COMPILE_THREADS sets how many (default: the
- * cores this process may use, at most 8; one on the XLA CPU plugin). */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+ * cores this process may use, at most 8; one on the XLA CPU plugin), and
+ * TPUC_COMPILE_NICE how far they step back for the caller's own work (a nice
+ * value; default 0). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT, pthread_setname_np */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
 
 #include "internal.h"
 
@@ -60,6 +66,26 @@ static int default_threads(const tpuc_runtime *rt) {
 
 int tpuc_compile_pool_threads(const tpuc_runtime *rt) { return default_threads(rt); }
 
+/* The nice value of the workers (Linux: nice is per thread, raising it needs
+ * no privilege, the threads a compile starts, LLVM's, inherit it). Under
+ * host-first (TPUC_HOST_FIRST=1) the caller computes the first steps' ops on
+ * the host's cores while their programs compile, and compiles that take those
+ * cores lengthen the step they were meant to spare: at 19 they run on the
+ * cycles the step leaves (first_step bench, medium example, AMD EPYC 2 cores,
+ * 2026-12-06: first step 2.1 -> 1.25 s, ten steps the same). Not the default:
+ * a nice value cannot be lowered again without privilege, and any busy process
+ * beside this one (another rank, a DataLoader worker, a test runner) then
+ * starves the compiles for as long as it runs (docs/execution.md,
+ * "Host-first"). TPUC_COMPILE_NICE=0..19; 0: the caller's priority. */
+int tpuc_compile_pool_nice(void) {
+  const char *v = getenv("TPUC_COMPILE_NICE");
+  if (v && *v) {
+    int n = atoi(v);
+    return n < 0 ? 0 : n > 19 ? 19 : n;
+  }
+  return 0;
+}
+
 /* On a GPU or TPU plugin a compile takes about a second and compiles run side
  * by side on the host's cores: queuing the ops behind their compiles turns a
  * first step's hundred serial compiles into a few rounds (docs/execution.md,
@@ -95,6 +121,13 @@ int tpuc_usable_cores(void) {
 
 static void *worker(void *arg) {
   struct tpuc_compile_pool *p = arg;
+#ifdef __linux__
+  pthread_setname_np(pthread_self(), "tpuc-compile"); /* top -H, perf, gdb */
+  /* nice is per thread on Linux; raising it needs no privilege. Failing,
+   * the compiles run at the caller's priority: still correct. */
+  int nice = tpuc_compile_pool_nice();
+  if (nice > 0) (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
+#endif
   pthread_mutex_lock(&p->lock);
   for (;;) {
     while (!p->head && !p->stop) pthread_cond_wait(&p->work, &p->lock);

@@ -312,6 +312,8 @@ bool tpuc_compile_submit(tpuc_runtime *rt, const char *text, size_t len, bool pe
 int tpuc_compile_pool_busy(tpuc_runtime *rt);
 /* The worker threads the pool runs (or would run once started). */
 int tpuc_compile_pool_threads(const tpuc_runtime *rt);
+/* the nice value its threads run at ($TPUC_COMPILE_NICE, default 0) */
+int tpuc_compile_pool_nice(void);
 /* Drops what has not started, waits for the rest, joins the workers. */
 void tpuc_compile_pool_destroy(tpuc_runtime *rt);
 /* Drops what has not started, waits for the rest; no pool is started again. */

@@ -358,6 +358,7 @@ void tpuc_runtime_info_get(const tpuc_runtime *rt, tpuc_runtime_info *out) {
   out->op_xla_options_from_env = rt->op_options.from_env;
   out->compile_ahead = rt->compile_ahead;
   out->compile_threads = tpuc_compile_pool_threads(rt);
+  out->compile_nice = tpuc_compile_pool_nice();
 }
 
 static tpuc_status *check_device(const tpuc_runtime *rt, int device) {

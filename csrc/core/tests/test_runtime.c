@@ -100,6 +100,7 @@ static void test_plugin_loads(void) {
                                      getenv("TPUC_COMPILE_AHEAD"), &ahead));
   CHECK(info.compile_ahead == ahead);
   CHECK(info.compile_threads >= 1 && info.compile_threads <= 8);
+  CHECK(info.compile_nice >= 0 && info.compile_nice <= 19);
   printf("    platform %s %s, PJRT %d.%d, xla_version %lld\n", info.platform_name,
          info.platform_version, info.pjrt_api_major, info.pjrt_api_minor,
          (long long)info.xla_version);
