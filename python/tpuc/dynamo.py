@@ -62,6 +62,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from . import _fx_cse
+
 _lock = threading.Lock()
 _graphs_compiled = 0  # graphs the backend was given (dynamo_compiles)
 _programs_made = 0  # graph runners, a split backward's parts each (graph ids)
@@ -298,18 +300,6 @@ def _compile_ahead() -> bool:
     return _ahead_on[0]
 
 
-def _draws_random_bits(n: torch.fx.Node) -> bool:
-    """A node of a seeded random op that really draws (the fused attention op
-    is tagged as random but draws nothing without dropout)."""
-    tags = getattr(n.target, "tags", ())
-    if n.op != "call_function" or torch.Tag.nondeterministic_seeded not in tags:
-        return False
-    if n.target is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default:
-        p = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
-        return p != 0.0
-    return True
-
-
 def _is_backward(n: torch.fx.Node) -> bool:
     return n.meta.get("partitioner_tag") == "is_backward"
 
@@ -360,19 +350,25 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) ->
     random op's bits are saved instead of drawn again (_save_random_bits):
     PyTorch's recompute restores the generator from a CPU state tensor
     (run_with_rng_state), which a kept program cannot follow, so such graphs
-    could not be replayed; everything else in the region is recomputed."""
+    could not be replayed; everything else in the region is recomputed.
+    Repeated computations are merged first by _fx_cse (PyTorch's pass imports
+    Inductor: 0.7 s of a process's first compiled graph)."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
 
     recompute = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
     changed = False
     for n in list(joint.graph.nodes):
-        if n.meta.get("recompute") in recompute and _draws_random_bits(n):
+        if n.meta.get("recompute") in recompute and _fx_cse.draws_random_bits(n):
             _save_random_bits(joint, n)
             changed = True
     if changed:
         joint.recompile()
-    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    if not _fx_cse.enabled():  # PyTorch's own pass, inside the partitioner (imports Inductor)
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    joint.graph = _fx_cse.merge_common(joint.graph)  # the setter recompiles
+    with torch._functorch.config.patch(cse=False):
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
 
 
 def _backward_parts() -> int:
