@@ -51,3 +51,30 @@ def test_cpu_graphs_still_use_inductor(monkeypatch) -> None:
     assert f(torch.zeros(3)).tolist() == [1.0, 1.0, 1.0]
     assert seen == [["cpu"]]
     torch._dynamo.reset()
+
+
+_FRESH = r"""
+import json, sys, torch
+imported = "torch._dynamo" in sys.modules
+f = torch.compile(lambda a: (a * 2).sum(), backend="tpu")   # the name, found by entry point
+out = f(torch.arange(4.0, device="tpu")).item()
+print(json.dumps({"dynamo_at_import": imported, "out": out,
+                  "listed": "tpu" in torch._dynamo.list_backends(exclude_tags=())}))
+"""
+
+
+def test_import_torch_leaves_dynamo_until_a_compile() -> None:
+    """`import torch` imports tpuc (its autoload entry point) but not torch._dynamo (1.2 s):
+    the backend name "tpu" is declared as a torch_dynamo_backends entry point, which Dynamo
+    reads when it first looks a name up; torch.compile(backend="tpu") then works and
+    list_backends shows it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, TPUC_CACHE_DIR="off"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"dynamo_at_import": False, "out": 12.0, "listed": True}, out

@@ -62,8 +62,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import _fx_cse
-
 _lock = threading.Lock()
 _graphs_compiled = 0  # graphs the backend was given (dynamo_compiles)
 _programs_made = 0  # graph runners, a split backward's parts each (graph ids)
@@ -353,6 +351,7 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) ->
     could not be replayed; everything else in the region is recomputed.
     Repeated computations are merged first by _fx_cse (PyTorch's pass imports
     Inductor: 0.7 s of a process's first compiled graph)."""
+    from . import _fx_cse  # here: it imports symbolic shapes, which `import tpuc` need not
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
 
@@ -595,15 +594,30 @@ def _make_backend() -> Callable:
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """torch.compile(model, backend="tpu")."""
+    from . import _rng_hops
+
+    _rng_hops.install()  # torch.utils.checkpoint in compiled models (idempotent)
     return _make_backend()(gm, example_inputs)
 
 
 def register() -> None:
-    """Registers the backend name "tpu" with dynamo (idempotent)."""
+    """Makes the backend name "tpu" known to Dynamo without importing Dynamo.
+
+    The package declares it as an entry point (group ``torch_dynamo_backends``,
+    pyproject.toml): Dynamo reads that group the first time a name it does not
+    know is looked up, so ``import torch`` (which imports tpuc) no longer
+    imports ``torch._dynamo`` (1.2 s on the CPU here). Only where that entry
+    point is missing (tpuc imported from a source tree, not installed) is the
+    name registered at once, importing Dynamo."""
+    from importlib import metadata
+
+    try:
+        points = metadata.distribution("tpuc").entry_points
+    except metadata.PackageNotFoundError:
+        points = []
+    if any(e.group == "torch_dynamo_backends" and e.name == "tpu" for e in points):
+        return
     from torch._dynamo import list_backends, register_backend
 
     if "tpu" not in list_backends(exclude_tags=()):
         register_backend(name="tpu", compiler_fn=tpu_backend)
-    from . import _rng_hops
-
-    _rng_hops.install()  # torch.utils.checkpoint in compiled models
