@@ -13,8 +13,9 @@ What it merges, as PyTorch's pass does: a ``call_function`` node whose target an
 nodes between two mutating ops). What it never merges: random ops (their draws differ),
 uninitialised allocations, nodes whose storage a graph output shares (two outputs computed
 alike are still two tensors), and values with unbacked symbols. It is stricter than PyTorch's
-pass where that costs nothing: ``0.0`` and ``-0.0`` are different arguments here, anything
-callable that is not an ATen overload or ``operator.getitem`` starts a new region.
+pass where that costs nothing: ``0.0`` and ``-0.0`` are different arguments here, and a call
+of anything but an ATen op, ``operator.getitem`` or Python's arithmetic on sizes starts a new
+region.
 ``TPUC_OWN_CSE=0`` uses PyTorch's pass instead (tests/test_fx_cse.py checks both give the
 same graph)."""
 from __future__ import annotations
@@ -35,12 +36,19 @@ _aten = torch.ops.aten
 # undefined: never merged
 _NEVER = {_aten.dropout, _aten.rrelu, _aten.empty, _aten.empty_like, _aten.empty_strided,
           _aten.new_empty, _aten.new_empty_strided}
-# an in-place or stateful name: a trailing underscore, or set/enter/exit/seed as a word
-_MUTATING_NAME = re.compile(r"(?<!_)(_$|_[.]|(\b|_)(set|enter|exit|seed)(\b|_))(?!_)")
+_STATEFUL_WORDS = {"set", "enter", "exit", "seed"}
 
 
 def enabled() -> bool:
     return os.environ.get("TPUC_OWN_CSE", "1").strip() != "0"
+
+
+def _mutating_name(name: str) -> bool:
+    """An in-place name (one trailing underscore: ``add_``, not ``__add__``) or a stateful
+    one (set, enter, exit or seed as one of its words)."""
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    return not _STATEFUL_WORDS.isdisjoint(re.split(r"[^a-z0-9]+", name.lower()))
 
 
 def _mutates(n: fx.Node) -> bool:
@@ -52,9 +60,9 @@ def _mutates(n: fx.Node) -> bool:
             return False
         if not isinstance(t, torch._ops.OpOverloadPacket) and not _is_pure_python(t):
             return True  # a higher-order op or anything unknown: a region of its own
-        if _MUTATING_NAME.search(getattr(t, "__name__", "")):
+        if _mutating_name(getattr(t, "__name__", "")):
             return True
-    elif n.op == "call_method" and _MUTATING_NAME.search(str(t)):
+    elif n.op == "call_method" and _mutating_name(str(t)):
         return True
     return n.kwargs.get("out") is not None
 
