@@ -159,6 +159,9 @@ class _DynamoLog(logging.Handler):
 
 
 def _watch_dynamo() -> None:
+    # Dynamo's modules register the artifact loggers watched below as they are imported;
+    # `import torch` no longer imports Dynamo (tpuc registers its backend by entry point)
+    import torch._dynamo  # noqa: F401
     import torch._logging
     from torch._logging._internal import log_registry
 
