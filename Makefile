@@ -321,10 +321,10 @@ TVENV  := .venv-torch-$(TORCH)
 TPY    := $(TVENV)/bin/python
 TPIP   := PIP_CONSTRAINT=$(CURDIR)/$(TVENV)/constraints.txt $(TPY) -m pip
 TSTAMP := $(TVENV)/.tpuc-installed
-# the version slice: device, autograd, compile (dynamo backend, AOTAutograd), the coexistence
+# the version slice: device, autograd, compile (dynamo backend, AOTAutograd, tpuc's CSE), the coexistence
 # policy, the torch-version shims, distributed (device support in one process, DDP in two);
 # the full slice adds compiled steps, FSDP2 and one HF model
-TORCH_SLICE_CI := tests/test_device.py tests/test_autograd.py tests/test_compile.py \
+TORCH_SLICE_CI := tests/test_device.py tests/test_autograd.py tests/test_compile.py tests/test_fx_cse.py \
   tests/test_coexistence.py tests/test_torch_compat.py tests/distributed/test_device_support.py \
   tests/distributed/test_collectives.py::test_registration tests/distributed/test_dist_parity.py::test_ddp_parity
 TORCH_SLICE := $(TORCH_SLICE_CI) tests/test_inplace_weight_grads.py tests/test_compiled_step.py \

@@ -76,11 +76,11 @@ def _attention():
     return f, torch.randn(2, 4, 8, 16, requires_grad=True)
 
 
-@pytest.mark.parametrize("case", [_llama, _repeats, _batchnorm, _dropout, _attention])
+@pytest.mark.parametrize("case", [_llama, _repeats, _batchnorm, _dropout])
 def test_the_same_graph_as_pytorchs_pass(case) -> None:
     """On each joint graph the pass gives the graph PyTorch's fx_graph_cse gives, node for
     node (the Llama example, repeated linear/sin chains, a BatchNorm in training mode whose
-    running stats are mutated, dropout twice, attention twice)."""
+    running stats are mutated, dropout twice), with torch 2.13 and 2.14 (the version slice)."""
     fn, *inputs = case()
     for joint in _joint_graphs(fn, *inputs):
         ours, theirs = _fx_cse.merge_common(joint.graph), fx_graph_cse(joint.graph)
@@ -88,8 +88,9 @@ def test_the_same_graph_as_pytorchs_pass(case) -> None:
 
 
 def test_repeats_are_merged_and_what_differs_is_not() -> None:
-    """Repeated computations go (fewer nodes); random ops, outputs computed alike and calls
-    whose arguments differ only in type or in the sign of a zero stay apart."""
+    """Repeated computations go (fewer nodes); random ops, ops tagged as seeded, outputs
+    computed alike and calls whose arguments differ only in type or in the sign of a zero stay
+    apart."""
     fn, *inputs = _repeats()
     joint = _joint_graphs(fn, *inputs)[0]
     merged = _fx_cse.merge_common(joint.graph)
@@ -104,6 +105,10 @@ def test_repeats_are_merged_and_what_differs_is_not() -> None:
     x = torch.randn(8, 16, requires_grad=True)
     assert kept(_dropout()[0], x, target=aten.native_dropout.default)
     assert kept(lambda x: (x.sin(), x.sin()), x, target=aten.sin.default)
+    # an op tagged as seeded, though it draws nothing without dropout: kept apart, as
+    # PyTorch 2.14's pass does (2.13's merged it)
+    fn, q = _attention()
+    assert kept(fn, q, target=aten._scaled_dot_product_flash_attention_for_cpu.default)
     assert kept(lambda x: x + 0.0 + (x + -0.0), x, target=aten.add.Tensor)
     n = torch.arange(16)
     assert kept(lambda x: x * (n + 1) + x * (n + 1.0), x, target=aten.add.Tensor)

@@ -132,7 +132,7 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
   // lowering, lower/nn_attn.c), so it draws nothing. Without a generator it
   // reserves no offset (the tpu generator advances as the CPU's does) and,
   // under TPUC_HOST_FIRST=1, may run on the host while its program compiles.
-  // (python/tpuc/_fx_cse.py's draws_random_bits judges a compiled graph's node so.)
+  // (python/tpuc/dynamo.py's _draws_random_bits judges a compiled graph's node so.)
   info->appends_rng = info->generator_arg < 0 && op.hasTag(at::Tag::nondeterministic_seeded) &&
                       info->name != "aten::_scaled_dot_product_flash_attention_for_cpu";
   // Factories whose Scalars give the output's shape: their values key the

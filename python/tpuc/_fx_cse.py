@@ -10,8 +10,10 @@ runs this pass and calls the partitioner with ``config.cse`` off.
 
 What it merges, as PyTorch's pass does: a ``call_function`` node whose target and arguments
 (after the merges before it) equal an earlier node's, within the same mutation region (the
-nodes between two mutating ops). What it never merges: random ops (their draws differ),
-uninitialised allocations, nodes whose storage a graph output shares (two outputs computed
+nodes between two mutating ops). What it never merges: impure calls (FX's ``is_impure``:
+mutating, effectful, random: every op tagged as seeded, attention included, as PyTorch 2.14's
+pass has it; 2.13's merged two equal attention calls), uninitialised allocations, nodes on
+different streams, nodes whose storage a graph output shares (two outputs computed
 alike are still two tensors), and values with unbacked symbols. It is stricter than PyTorch's
 pass where that costs nothing: ``0.0`` and ``-0.0`` are different arguments here, and a call
 of anything but an ATen op, ``operator.getitem`` or Python's arithmetic on sizes starts a new
@@ -74,23 +76,14 @@ def _is_pure_python(t: Any) -> bool:
         module == "torch" and getattr(t, "__name__", "").startswith("sym_"))
 
 
-def draws_random_bits(n: fx.Node) -> bool:
-    """A node of a seeded random op that really draws (PyTorch's CPU flash attention, which
-    scaled_dot_product_attention picks on tpu, is tagged as seeded but draws nothing without
-    dropout; csrc/torch/fallback.cpp gives it no generator)."""
-    tags = getattr(n.target, "tags", ())
-    if n.op != "call_function" or torch.Tag.nondeterministic_seeded not in tags:
-        return False
-    if n.target is _aten._scaled_dot_product_flash_attention_for_cpu.default:
-        p = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
-        return p != 0.0
-    return True
-
-
 def _never_merged(n: fx.Node) -> bool:
+    """Impure calls (FX's judgement: mutating, effectful or random, every op tagged as seeded
+    included), random ops PyTorch's own pass lists, allocations."""
     t = n.target
+    if n.is_impure():
+        return True
     if isinstance(t, torch._ops.OpOverload):
-        return t.overloadpacket in _NEVER or draws_random_bits(n)
+        return t.overloadpacket in _NEVER
     return isinstance(t, torch._ops.OpOverloadPacket) and t in _NEVER
 
 
@@ -124,8 +117,10 @@ def _leaf(v: Any, env: dict[fx.Node, fx.Node]) -> Any:
 def _key(n: fx.Node, env: dict[fx.Node, fx.Node]) -> tuple | None:
     args, args_spec = tree_flatten(n.args)
     kwargs, kwargs_spec = tree_flatten(n.kwargs)
+    custom = n.meta.get("custom") or {}  # a stream or memory pool the node is annotated with
+    context = (custom.get("stream", 0), custom.get("mempool"), custom.get("mempool_device"))
     key = (n.target, tuple(_leaf(a, env) for a in args), str(args_spec),
-           tuple(_leaf(a, env) for a in kwargs), str(kwargs_spec))
+           tuple(_leaf(a, env) for a in kwargs), str(kwargs_spec), repr(context))
     try:
         hash(key)
     except TypeError:

@@ -298,6 +298,19 @@ def _compile_ahead() -> bool:
     return _ahead_on[0]
 
 
+def _draws_random_bits(n: torch.fx.Node) -> bool:
+    """A node of a seeded random op that really draws (PyTorch's CPU flash attention, which
+    scaled_dot_product_attention picks on tpu, is tagged as seeded but draws nothing without
+    dropout; csrc/torch/fallback.cpp gives it no generator)."""
+    tags = getattr(n.target, "tags", ())
+    if n.op != "call_function" or torch.Tag.nondeterministic_seeded not in tags:
+        return False
+    if n.target is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default:
+        p = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
+        return p != 0.0
+    return True
+
+
 def _is_backward(n: torch.fx.Node) -> bool:
     return n.meta.get("partitioner_tag") == "is_backward"
 
@@ -358,7 +371,7 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) ->
     recompute = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
     changed = False
     for n in list(joint.graph.nodes):
-        if n.meta.get("recompute") in recompute and _fx_cse.draws_random_bits(n):
+        if n.meta.get("recompute") in recompute and _draws_random_bits(n):
             _save_random_bits(joint, n)
             changed = True
     if changed:
