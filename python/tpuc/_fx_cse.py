@@ -145,7 +145,7 @@ def merge_common(graph: fx.Graph) -> fx.Graph:
         key = None
         if (n.op == "call_function" and not _never_merged(n)
                 and not _unbacked(n.meta.get("val"))
-                and (_storage(n) is None or _storage(n) not in kept)):
+                and _storage(n) not in kept):  # (kept holds no None)
             key = _key(n, env)
         if key is not None:
             hit = seen.get(key)
