@@ -13,6 +13,7 @@
 # make difftest     the differential tester for DIFFTEST_SECONDS (default 3600), every mode, then
 #                   again with every engine rewrite off (docs/testing.md); findings -> build/difftest
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
+# make conformance-modules   PyTorch's ModuleInfo database on "tpu" against the CPU (~1 min cold)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
 # make titan-setup  torchtitan 0.3.0 (+ triton, datasets<4.8) into .venv, torch kept at 2.13.0
 # make test-titan-long  every TorchTitan recipe through the stock trainer (docs/torchtitan.md)
@@ -37,7 +38,7 @@ STAMP  := $(VENV)/.tpuc-installed
 PLUGIN  = $(shell $(PY) -c "import tpuc._plugin as p; print(p.find_plugin().path)")
 CORE_SRC := $(shell find csrc python -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: setup install test test-slices check-layers docs test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-upstream clean
+.PHONY: setup install test test-slices check-layers docs test-c test-c-asan test-py test-dist test-dist-long demo bench bench-check conformance conformance-modules conformance-upstream clean
 .PHONY: titan-setup test-titan-long models models-table soak fuzz serve-setup test-serve test-post difftest
 .PHONY: gpu-check gpu-check-dry
 .PHONY: torch-setup test-torch test-torch-ci
@@ -220,6 +221,11 @@ difftest: $(STAMP)
 conformance: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m tests.conformance $(CONFORMANCE_ARGS)
 
+# PyTorch's ModuleInfo database (module_db) on "tpu", every module in float64 against the CPU,
+# eval and train (tests/test_module_conformance.py; make test runs its slice). ~1 min cold.
+conformance-modules: $(STAMP) $(VENV)/.deps-test
+	TPUC_MODULE_SWEEP=all $(PY) -m pytest -q -n 2 tests/test_module_conformance.py
+
 # PyTorch's device-generic test classes (instantiate_device_type_tests, only_for="tpu") on a subset.
 conformance-upstream: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m pytest -q tests/conformance/upstream_ops.py
@@ -321,10 +327,12 @@ TVENV  := .venv-torch-$(TORCH)
 TPY    := $(TVENV)/bin/python
 TPIP   := PIP_CONSTRAINT=$(CURDIR)/$(TVENV)/constraints.txt $(TPY) -m pip
 TSTAMP := $(TVENV)/.tpuc-installed
-# the version slice: device, autograd, compile (dynamo backend, AOTAutograd, tpuc's CSE), the coexistence
+# the version slice: device, autograd, compile (dynamo backend, AOTAutograd, tpuc's CSE), the recurrent
+# cells (ATen's RNN path for PrivateUse1), the coexistence
 # policy, the torch-version shims, distributed (device support in one process, DDP in two);
 # the full slice adds compiled steps, FSDP2 and one HF model
 TORCH_SLICE_CI := tests/test_device.py tests/test_autograd.py tests/test_compile.py tests/test_fx_cse.py \
+  tests/test_rnn_cells.py \
   tests/test_coexistence.py tests/test_torch_compat.py tests/distributed/test_device_support.py \
   tests/distributed/test_collectives.py::test_registration tests/distributed/test_dist_parity.py::test_ddp_parity
 TORCH_SLICE := $(TORCH_SLICE_CI) tests/test_inplace_weight_grads.py tests/test_compiled_step.py \
