@@ -106,6 +106,15 @@ static tpuc_status *frac_pool(tpuc_lower_ctx *cx, int s) {
     cx->results[1] = ir_splat(g, o1, 0.0);
     return NULL;
   }
+  /* the CPU reads plane c of batch n at samples[n][c]: more samples than
+   * planes (an unbatched input given [N, C, S] samples) use the first ones */
+  ir_type sm = ir_type_of(g, samples);
+  if (sm.dims[0] < nb || sm.dims[1] < nc || sm.dims[2] < s)
+    return lx_unimplemented(cx, "fractional_max_pool: fewer random_samples than planes");
+  if (sm.dims[0] != nb || sm.dims[1] != nc) {
+    int64_t lo[3] = {0, 0, 0}, hi[3] = {nb, nc, sm.dims[2]}, one[3] = {1, 1, 1};
+    samples = ir_slice(g, samples, lo, hi, one);
+  }
   tpuc_dtype fd = xt.dtype == TPUC_F64 ? TPUC_F64 : TPUC_F32;
   tv pos = positions(g, samples, s, in, out, pool, fd);
   int64_t flat3[3] = {nb, nc, plane}, wk[3] = {nb, nc, windows * k}, w4[4] = {nb, nc, windows, k};
