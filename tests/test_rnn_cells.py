@@ -188,3 +188,58 @@ def test_training_steps_follow_the_float64_run(kind: str, mode: str) -> None:
             assert not torch.equal(rp, init[list(init)[k]].double()), "the step changed nothing"
             err = (gp - rp).abs().max().item()
             assert err <= _bound(rp, cp), (step, k, err, _bound(rp, cp))
+
+
+def _lstm64(ig, hg, cx, bi, bh):
+    i, f, g, o = (ig + hg + bi + bh).chunk(4, 1)
+    cy = f.sigmoid() * cx + i.sigmoid() * g.tanh()
+    return [o.sigmoid() * cy.tanh(), cy]
+
+
+def _gru64(ig, hg, hx, bi, bh):
+    ir, iz, inn = (ig + bi).chunk(3, 1)
+    hr, hz, hn = (hg + bh).chunk(3, 1)
+    r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
+    n = (inn + r * hn).tanh()
+    return [n + z * (hx - n)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_16_bit_cells_compute_in_float32_and_round_once(kind: str, dtype: torch.dtype) -> None:
+    """16-bit inputs: the fused cell computes in float32 and rounds its results once, as
+    CUDA's kernels do, so each result is within one ulp of the float64 value computed from
+    the same 16-bit inputs (the CPU's unfused cell, which rounds every step, is not)."""
+    torch.manual_seed(6)
+    gates, op, ref = (4, torch.ops.aten._thnn_fused_lstm_cell, _lstm64) if kind == "lstm" \
+        else (3, torch.ops.aten._thnn_fused_gru_cell, _gru64)
+    ins = [torch.randn(64, gates * 32) * 2, torch.randn(64, gates * 32) * 2, torch.randn(64, 32),
+           torch.randn(gates * 32), torch.randn(gates * 32)]
+    ins = [t.to(dtype) for t in ins]
+    want = ref(*[t.double() for t in ins])
+    got = op(*[t.to("tpu") for t in ins])
+    eps = torch.finfo(dtype).eps
+    tiny = torch.finfo(dtype).tiny
+    for w, g in zip(want, got):
+        assert g.dtype == dtype
+        err = (g.cpu().double() - w).abs()
+        assert (err <= eps * w.abs() + tiny).all(), err.max().item()
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_bfloat16_layers_stay_within_the_cpus_error(kind: str) -> None:
+    """A bfloat16 layer over a 12-step sequence: outputs and gradients stay within the CPU's
+    own bfloat16 error against float64, plus 4 ulps of the largest magnitude (the bfloat16
+    matmuls dominate both)."""
+    torch.manual_seed(5)
+    cls = getattr(torch.nn, kind)
+    make = lambda: cls(8, 16)  # noqa: E731
+    state = make().state_dict()
+    x = torch.randn(12, 3, 8, dtype=torch.float64)
+    ref = _run(make, state, x, "cpu", torch.float64)
+    cpu16 = _run(make, state, x, "cpu", torch.bfloat16)
+    got16 = _run(make, state, x, "tpu", torch.bfloat16)
+    eps16 = torch.finfo(torch.bfloat16).eps
+    for i, (r, c, g) in enumerate(zip(ref, cpu16, got16)):
+        bound = (c - r).abs().max().item() + 4 * eps16 * r.abs().max().item()
+        assert (g - r).abs().max().item() <= bound, (i, (g - r).abs().max().item(), bound)

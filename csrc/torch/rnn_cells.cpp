@@ -15,8 +15,10 @@
 //   GRU   r = sigmoid(ir + hr), z = sigmoid(iz + hz), n = tanh(in + r * hn);
 //         hy = n + z * (hx - n). workspace: [r z n hx hn], 5 x hidden wide.
 //
-// The forward formulas are those of ATen's unfused cells (the CPU's), in the inputs'
-// dtype. Double backward (create_graph) does not come here: autograd then uses
+// The formulas are those of ATen's unfused cells (the CPU's); float16 and bfloat16
+// inputs compute in float32 and round the results once, as CUDA's kernels do (the
+// CPU's unfused cell rounds every step, and its cell state drifts over a sequence;
+// the workspace keeps the inputs' dtype, as on CUDA). Double backward (create_graph) does not come here: autograd then uses
 // ATen's differentiable composites (_thnn_differentiable_*_cell_backward).
 #include "tpuc_torch.h"
 
@@ -26,8 +28,13 @@
 namespace tpuc_torch {
 namespace {
 
+// float32 for 16-bit floats (the cells' arithmetic), the tensor itself otherwise
+at::Tensor up(const at::Tensor& t) {
+  return at::isReducedFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t;
+}
+
 at::Tensor add_bias(at::Tensor gates, const std::optional<at::Tensor>& bias) {
-  return bias && bias->defined() ? gates.add(*bias) : gates;
+  return bias && bias->defined() ? gates.add(up(*bias)) : gates;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(
@@ -38,13 +45,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(
               "_thnn_fused_lstm_cell: expected input_gates and hidden_gates of shape "
               "[batch, 4 * hidden] matching cx, got ", input_gates.sizes(), ", ",
               hidden_gates.sizes(), " and ", cx.sizes());
-  at::Tensor gates = add_bias(add_bias(input_gates.add(hidden_gates), input_bias), hidden_bias);
+  auto dt = cx.scalar_type();
+  at::Tensor gates =
+      add_bias(add_bias(up(input_gates).add(up(hidden_gates)), input_bias), hidden_bias);
   auto chunks = gates.chunk(4, 1);
   at::Tensor i = chunks[0].sigmoid(), f = chunks[1].sigmoid(), g = chunks[2].tanh(),
              o = chunks[3].sigmoid();
-  at::Tensor cy = f.mul(cx).add(i.mul(g));
+  at::Tensor cy = f.mul(up(cx)).add(i.mul(g));
   at::Tensor hy = o.mul(cy.tanh());
-  return {hy, cy, at::cat({i, f, g, o}, 1)};
+  return {hy.to(dt), cy.to(dt), at::cat({i, f, g, o}, 1).to(input_gates.scalar_type())};
 }
 
 // d sigmoid(x) / dx from its value s: s * (1 - s); d tanh(x) / dx from t: 1 - t^2
@@ -56,25 +65,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_backward(
     const at::Tensor& cx, const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
   bool has_hy = grad_hy && grad_hy->defined(), has_cy = grad_cy && grad_cy->defined();
   if (!has_hy && !has_cy) return {at::Tensor(), at::Tensor(), at::Tensor()};
-  auto w = workspace.chunk(4, 1);
+  auto w = up(workspace).chunk(4, 1);
   const at::Tensor &i = w[0], &f = w[1], &g = w[2], &o = w[3];
-  at::Tensor tcy = cy.tanh();
+  at::Tensor tcy = up(cy).tanh();
   // the gradient reaching cy: its own, and through hy = o * tanh(cy)
-  at::Tensor gcy = has_cy ? *grad_cy : at::zeros_like(cx);
+  at::Tensor gcy = has_cy ? up(*grad_cy) : at::zeros_like(tcy);
   at::Tensor go;
   if (has_hy) {
-    gcy = gcy.add(grad_hy->mul(o).mul(dtanh(tcy)));
-    go = grad_hy->mul(tcy).mul(dsigmoid(o));
+    at::Tensor ghy = up(*grad_hy);
+    gcy = gcy.add(ghy.mul(o).mul(dtanh(tcy)));
+    go = ghy.mul(tcy).mul(dsigmoid(o));
   } else {
     go = at::zeros_like(o);
   }
   at::Tensor gi = gcy.mul(g).mul(dsigmoid(i));
-  at::Tensor gf = gcy.mul(cx).mul(dsigmoid(f));
+  at::Tensor gf = gcy.mul(up(cx)).mul(dsigmoid(f));
   at::Tensor gg = gcy.mul(i).mul(dtanh(g));
   at::Tensor grad_gates = at::cat({gi, gf, gg, go}, 1);
-  at::Tensor grad_cx = gcy.mul(f);
-  at::Tensor grad_bias = has_bias ? grad_gates.sum(0) : at::Tensor();
-  return {grad_gates, grad_cx, grad_bias};
+  at::Tensor grad_cx = gcy.mul(f).to(cx.scalar_type());
+  at::Tensor grad_bias = has_bias ? grad_gates.sum(0).to(workspace.scalar_type()) : at::Tensor();
+  return {grad_gates.to(workspace.scalar_type()), grad_cx, grad_bias};
 }
 
 std::tuple<at::Tensor, at::Tensor> gru_cell(
@@ -85,28 +95,32 @@ std::tuple<at::Tensor, at::Tensor> gru_cell(
               "_thnn_fused_gru_cell: expected input_gates and hidden_gates of shape "
               "[batch, 3 * hidden] matching hx, got ", input_gates.sizes(), ", ",
               hidden_gates.sizes(), " and ", hx.sizes());
-  auto ig = add_bias(input_gates, input_bias).chunk(3, 1);
-  auto hg = add_bias(hidden_gates, hidden_bias).chunk(3, 1);
+  auto ig = add_bias(up(input_gates), input_bias).chunk(3, 1);
+  auto hg = add_bias(up(hidden_gates), hidden_bias).chunk(3, 1);
+  at::Tensor h = up(hx);
   at::Tensor r = ig[0].add(hg[0]).sigmoid();
   at::Tensor z = ig[1].add(hg[1]).sigmoid();
   at::Tensor n = ig[2].add(r.mul(hg[2])).tanh();
-  at::Tensor hy = n.add(z.mul(hx.sub(n)));
-  return {hy, at::cat({r, z, n, hx.expand_as(n), hg[2]}, 1)};
+  at::Tensor hy = n.add(z.mul(h.sub(n)));
+  return {hy.to(hx.scalar_type()),
+          at::cat({r, z, n, h.expand_as(n), hg[2]}, 1).to(input_gates.scalar_type())};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
-  auto w = workspace.chunk(5, 1);
+  auto dt = workspace.scalar_type();
+  auto w = up(workspace).chunk(5, 1);
   const at::Tensor &r = w[0], &z = w[1], &n = w[2], &hx = w[3], &hn = w[4];
-  at::Tensor grad_hx = grad_hy.mul(z);
-  at::Tensor gn = grad_hy.mul(z.neg().add(1)).mul(dtanh(n));
-  at::Tensor gz = grad_hy.mul(hx.sub(n)).mul(dsigmoid(z));
+  at::Tensor g = up(grad_hy);
+  at::Tensor grad_hx = g.mul(z);
+  at::Tensor gn = g.mul(z.neg().add(1)).mul(dtanh(n));
+  at::Tensor gz = g.mul(hx.sub(n)).mul(dsigmoid(z));
   at::Tensor gr = gn.mul(hn).mul(dsigmoid(r));
   at::Tensor grad_input = at::cat({gr, gz, gn}, 1);
   at::Tensor grad_hidden = at::cat({gr, gz, gn.mul(r)}, 1);
-  at::Tensor bi = has_bias ? grad_input.sum(0) : at::Tensor();
-  at::Tensor bh = has_bias ? grad_hidden.sum(0) : at::Tensor();
-  return {grad_input, grad_hidden, grad_hx, bi, bh};
+  at::Tensor bi = has_bias ? grad_input.sum(0).to(dt) : at::Tensor();
+  at::Tensor bh = has_bias ? grad_hidden.sum(0).to(dt) : at::Tensor();
+  return {grad_input.to(dt), grad_hidden.to(dt), grad_hx.to(grad_hy.scalar_type()), bi, bh};
 }
 
 }  // namespace
