@@ -106,6 +106,58 @@ def test_random_ops_are_never_run_on_the_host(tmp_path) -> None:
     assert on["fallbacks"] == off["fallbacks"] == 0
 
 
+_EVERY_RANDOM_OP = r"""
+import json, torch, torch.nn.functional as F
+d = "tpu"
+def x(*s): return torch.full(s, 0.5, device=d)
+cases = {
+ "rand": lambda: torch.rand(64, device=d), "randn": lambda: torch.randn(64, device=d),
+ "randint": lambda: torch.randint(0, 100, (64,), device=d), "randperm": lambda: torch.randperm(50, device=d),
+ "rand_like": lambda: torch.rand_like(x(64)), "randn_like": lambda: torch.randn_like(x(64)),
+ "randint_like": lambda: torch.randint_like(x(64), 10),
+ "bernoulli": lambda: torch.bernoulli(x(64)), "bernoulli_p": lambda: torch.bernoulli(x(64), 0.3),
+ "bernoulli_": lambda: x(64).bernoulli_(0.3),
+ "normal_tt": lambda: torch.normal(x(64), x(64)), "normal_tf": lambda: torch.normal(x(64), 2.0),
+ "normal_ft": lambda: torch.normal(1.0, x(64)), "normal_ff": lambda: torch.normal(0.0, 1.0, (64,), device=d),
+ "normal_": lambda: x(64).normal_(), "uniform_": lambda: x(64).uniform_(),
+ "exponential_": lambda: x(64).exponential_(), "cauchy_": lambda: x(64).cauchy_(),
+ "log_normal_": lambda: x(64).log_normal_(), "geometric_": lambda: x(64).geometric_(0.3),
+ "random_": lambda: x(64).random_(0, 10), "multinomial": lambda: torch.multinomial(x(4, 8), 3),
+ "multinomial_r": lambda: torch.multinomial(x(4, 8), 20, replacement=True),
+ "dropout": lambda: F.dropout(x(64), 0.5, training=True),
+ "dropout_": lambda: F.dropout(x(64), 0.5, training=True, inplace=True),
+ "alpha_dropout": lambda: F.alpha_dropout(x(64), 0.5, training=True),
+ "feature_alpha_dropout": lambda: F.feature_alpha_dropout(x(4, 8, 2), 0.5, training=True),
+ "dropout2d": lambda: F.dropout2d(x(4, 8, 2, 2), 0.5, training=True),
+ "rrelu": lambda: F.rrelu(x(64) - 1, training=True), "rrelu_": lambda: F.rrelu_(x(64) - 1, training=True),
+ "native_dropout": lambda: torch.ops.aten.native_dropout(x(64), 0.5, True)[0],
+ "sdpa_dropout": lambda: F.scaled_dot_product_attention(x(1, 2, 8, 4), x(1, 2, 8, 4), x(1, 2, 8, 4),
+                                                        dropout_p=0.5),
+}
+out = {}
+for k, f in cases.items():
+    torch.manual_seed(0)
+    cold = f().cpu()
+    torch.manual_seed(0)
+    warm = f().cpu()
+    out[k] = [cold.double().flatten().tolist(), warm.double().flatten().tolist()]
+out["host"] = torch.tpu.stats()["host_first_ops"]
+print(json.dumps(out))
+"""
+
+
+def test_every_random_op_draws_what_it_draws_without_host_first(tmp_path) -> None:
+    """Every sampling op of ATen, called cold (its program compiling) and again warm with the
+    same seed: host-first changes no draw (a seeded op that ran on the host would draw the
+    CPU generator's numbers, and the cold call would then differ from the warm one)."""
+    on = _run_code(_EVERY_RANDOM_OP, _env(str(tmp_path / "on")))
+    off = _run_code(_EVERY_RANDOM_OP, _env(str(tmp_path / "off"), TPUC_HOST_FIRST="0"))
+    assert on.pop("host") > 0 and off.pop("host") == 0  # the ops around the draws ran on the host
+    assert on.keys() == off.keys()
+    for k in on:
+        assert on[k][0] == on[k][1] == off[k][0], k
+
+
 _ERROR_POLICY = r"""
 import json, torch
 x = torch.linspace(-1, 1, 300, device="tpu")
