@@ -13,7 +13,7 @@
 # make difftest     the differential tester for DIFFTEST_SECONDS (default 3600), every mode, then
 #                   again with every engine rewrite off (docs/testing.md); findings -> build/difftest
 # make conformance  PyTorch's OpInfo suite on "tpu" -> docs/op_coverage.{md,json} (~30 min cold, ~3 min with the compile cache warm)
-# make conformance-modules   PyTorch's ModuleInfo database on "tpu" against the CPU (~1 min cold)
+# make conformance-modules   PyTorch's ModuleInfo database on "tpu" against the CPU (~2 min cold)
 # make conformance-upstream  PyTorch's device-generic test classes on "tpu", a subset of ops
 # make titan-setup  torchtitan 0.3.0 (+ triton, datasets<4.8) into .venv, torch kept at 2.13.0
 # make test-titan-long  every TorchTitan recipe through the stock trainer (docs/torchtitan.md)
@@ -222,7 +222,7 @@ conformance: $(STAMP) $(VENV)/.deps-test
 	$(PY) -m tests.conformance $(CONFORMANCE_ARGS)
 
 # PyTorch's ModuleInfo database (module_db) on "tpu", every module in float64 against the CPU,
-# eval and train (tests/test_module_conformance.py; make test runs its slice). ~1 min cold.
+# eval, train and inference (tests/test_module_conformance.py; make test runs its slice). ~2 min cold.
 conformance-modules: $(STAMP) $(VENV)/.deps-test
 	TPUC_MODULE_SWEEP=all $(PY) -m pytest -q -n 2 tests/test_module_conformance.py
 

@@ -7,15 +7,19 @@ only (csrc/torch/rnn_cells.cpp now gives "tpu" its own). Each module here is bui
 PyTorch's own sample constructor arguments and inputs, in float64, once on the CPU and once
 as a copy on "tpu", in eval and in training mode; its outputs, the gradients of its inputs
 and of its parameters (backward of the sum of its floating outputs) must match the CPU's
-with torch.testing.assert_close's float64 tolerances (NaN where the CPU has NaN).
+with torch.testing.assert_close's float64 tolerances (NaN where the CPU has NaN). A third
+mode, inference (eval under no_grad, inputs without grad), takes the modules' fused fast
+paths (nn.MultiheadAttention, nn.Transformer*: csrc/torch/fastpath.cpp) and compares outputs.
 
 CI runs the slice below (recurrent layers and their cells, attention, convolution, norms,
-pools, losses); `make conformance-modules` (TPUC_MODULE_SWEEP=all) runs all of module_db,
-about a minute cold on 2 cores (228 tests)."""
+pools, losses); `make conformance-modules` (TPUC_MODULE_SWEEP=all) runs all of module_db
+with every sample input (342 tests, about two minutes cold on 2 cores)."""
 from __future__ import annotations
 
 import copy
 import os
+import subprocess
+import sys
 from typing import Any, Callable
 
 import pytest
@@ -27,7 +31,7 @@ import tpuc  # noqa: F401
 
 SLICE = [
     "nn.LSTM", "nn.GRU", "nn.RNN", "nn.LSTMCell", "nn.GRUCell", "nn.RNNCell",
-    "nn.MultiheadAttention", "nn.TransformerEncoderLayer", "nn.Conv2d", "nn.ConvTranspose1d",
+    "nn.MultiheadAttention", "nn.TransformerEncoderLayer", "nn.TransformerEncoder", "nn.Conv2d", "nn.ConvTranspose1d",
     "nn.BatchNorm2d", "nn.GroupNorm", "nn.FractionalMaxPool3d", "nn.LPPool2d",
     "nn.CTCLoss", "nn.CrossEntropyLoss", "nn.KLDivLoss", "nn.Embedding",
 ]
@@ -52,11 +56,35 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
                                msg=lambda m: f"{what}: {m}")
 
 
-def _check_one(info: Any, sample: Any, training: bool) -> None:
+def _check_one(info: Any, sample: Any, training: bool, inference: bool = False) -> None:
     ctor = sample.constructor_input
     torch.manual_seed(0)
     ref = info.module_cls(*ctor.args, **ctor.kwargs).double().train(training)
     args = (sample.forward_input.args, sample.forward_input.kwargs)
+    if inference:  # eval under no_grad: the modules' inference fast paths (fastpath.cpp)
+        with torch.no_grad():
+            if "Lazy" in info.name:
+                ref(*tree_map(_mover("cpu"), args)[0], **tree_map(_mover("cpu"), args)[1])
+            dev = copy.deepcopy(ref).to("tpu")
+        # "tpu" has no nested tensors: its encoder keeps the padded batch, as the CPU's does
+        # with enable_nested_tensor=False (padded positions then hold values, not zeros)
+        for mod in ref.modules():
+            if isinstance(mod, torch.nn.TransformerEncoder):
+                mod.use_nested_tensor = False
+        with torch.no_grad():
+            a_cpu = tree_map(lambda t: _mover("cpu")(t).requires_grad_(False)
+                             if isinstance(t, torch.Tensor) else t, args)
+            a_tpu = tree_map(lambda t: _mover("tpu")(t).requires_grad_(False)
+                             if isinstance(t, torch.Tensor) else t, args)
+            torch.manual_seed(1)
+            out_cpu = tree_flatten(ref(*a_cpu[0], **a_cpu[1]))[0]
+            torch.manual_seed(1)
+            out_tpu = tree_flatten(dev(*a_tpu[0], **a_tpu[1]))[0]
+        for i, (want, got) in enumerate(zip(out_cpu, out_tpu)):
+            if isinstance(want, torch.Tensor):
+                assert got.device.type == "tpu", f"output {i} left the device"
+                _close(got, want, f"output {i}")
+        return
     if "Lazy" in info.name:  # the CPU's first call sizes the parameters both copies then share
         with torch.no_grad():
             ref(*tree_map(_mover("cpu"), args)[0], **tree_map(_mover("cpu"), args)[1])
@@ -85,19 +113,51 @@ def _check_one(info: Any, sample: Any, training: bool) -> None:
             _close(got.grad, want.grad, f"gradient of {name}")
 
 
-@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("mode", ["eval", "train", "inference"])
 @pytest.mark.parametrize("name", NAMES)
-def test_module_matches_the_cpu(name: str, training: bool) -> None:
+def test_module_matches_the_cpu(name: str, mode: str) -> None:
     info = BY_NAME[name]
+    training = mode == "train"
     samples = info.module_inputs_func(info, device="cpu", dtype=torch.float64,
-                                      requires_grad=True, training=training)
+                                      requires_grad=mode != "inference", training=training)
     checked = 0
     for k, sample in enumerate(samples[:MAX_INPUTS]):
         if sample.forward_input is None:
             continue
         try:
-            _check_one(info, sample, training)
+            _check_one(info, sample, training, inference=mode == "inference")
         except AssertionError as e:
-            raise AssertionError(f"{name} sample {k} ({'train' if training else 'eval'}): {e}") from e
+            raise AssertionError(f"{name} sample {k} ({mode}): {e}") from e
         checked += 1
     assert checked, f"{name}: no sample input was checked"
+
+
+def test_encoder_with_a_padding_mask_in_inference_keeps_the_padded_batch() -> None:
+    """nn.TransformerEncoder in eval under no_grad with a src_key_padding_mask: the CPU packs
+    the batch into a nested tensor (padded positions come back as zeros); "tpu" has none, so
+    it keeps the padded batch (fastpath.cpp), says so once, and its unpadded positions equal
+    the CPU's nested result."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    ref = torch.nn.TransformerEncoder(layer, 2).double().eval()
+    dev = copy.deepcopy(ref).to("tpu")
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    with torch.no_grad():
+        want = ref(x, src_key_padding_mask=pad)
+        got = dev(x.to("tpu"), src_key_padding_mask=pad.to("tpu")).cpu()
+    assert torch.equal(want[pad], torch.zeros_like(want[pad]))  # the CPU took the nested path
+    torch.testing.assert_close(got[~pad], want[~pad])
+    assert got[pad].abs().max() > 0
+    # the warning is once per process: a fresh one sees it
+    code = ("import torch, warnings\n"
+            "m = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1)\n"
+            "m = m.eval().to('tpu')\n"
+            "pad = torch.tensor([[False, False, True]], device='tpu')\n"
+            "with warnings.catch_warnings(record=True) as w, torch.no_grad():\n"
+            "    warnings.simplefilter('always')\n"
+            "    m(torch.randn(1, 3, 8, device='tpu'), src_key_padding_mask=pad)\n"
+            "print(sum('keeps the padded batch' in str(x.message) for x in w))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "1"

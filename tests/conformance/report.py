@@ -81,8 +81,8 @@ def markdown(doc: dict[str, Any]) -> str:
            "Every M and E is listed with its reason in tests/conformance/known_failures.py.", "",
            "Modules are checked apart from ops: `make conformance-modules` runs PyTorch's ModuleInfo "
            "database (nn.LSTM, nn.GRU, nn.Transformer, the losses, pools and norms: 114 modules) "
-           "in float64 against the CPU, outputs and gradients, in eval and training mode "
-           "(tests/test_module_conformance.py; `make test` runs 18 of them).", ""]
+           "in float64 against the CPU, outputs and gradients, in eval, training and inference mode "
+           "(tests/test_module_conformance.py; `make test` runs 19 of them).", ""]
     for r in doc.get("reruns", []):
         out += [f"Re-run since with `--merge` (torch {r['torch']}, {r['seconds'] / 60:.1f} minutes), "
                 f"replacing their rows: {', '.join(r['entries'])}.", ""]
