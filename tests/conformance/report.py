@@ -82,7 +82,9 @@ def markdown(doc: dict[str, Any]) -> str:
            "Modules are checked apart from ops: `make conformance-modules` runs PyTorch's ModuleInfo "
            "database (nn.LSTM, nn.GRU, nn.Transformer, the losses, pools and norms: 114 modules) "
            "in float64 against the CPU, outputs and gradients, in eval, training and inference mode "
-           "(tests/test_module_conformance.py; `make test` runs 19 of them).", ""]
+           "(tests/test_module_conformance.py; `make test` runs 19 of them). Optimizers are checked "
+           "by `make test` itself: PyTorch's OptimizerInfo database, every optimizer and "
+           "configuration in float64 against the CPU (tests/test_optim_conformance.py).", ""]
     for r in doc.get("reruns", []):
         out += [f"Re-run since with `--merge` (torch {r['torch']}, {r['seconds'] / 60:.1f} minutes), "
                 f"replacing their rows: {', '.join(r['entries'])}.", ""]
