@@ -4,7 +4,7 @@ Every optimizer with every constructor configuration PyTorch's own tests use (le
 as a float or a tensor, weight decay, momentum, Nesterov, amsgrad, maximize, ...), in each
 implementation it has (the for-loop default, foreach, and fused where the CPU has a fused
 kernel to compare with), trains a small two-layer model for four steps in float64, once on the
-CPU and once on "tpu", its parameters updated in place each step. The parameters after every
+CPU and once on "tpu" (strict and fused eager mode), its parameters updated in place each step. The parameters after every
 step and the optimizer's state at the end must match the CPU's with assert_close's float64
 tolerances: float64 shows a slip that float32's rounding would hide (fused Adam's bias
 correction was computed in float32 on "tpu"; python/tpuc/fused_optim.py).
@@ -88,8 +88,11 @@ def _assert_same_state(got: Any, want: Any, where: str) -> None:
         assert got == want, where
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
 @pytest.mark.parametrize("name", sorted(INFOS))
-def test_optimizer_matches_the_cpu(name: str) -> None:
+def test_optimizer_matches_the_cpu(name: str, mode: str) -> None:
+    """Each step's parameters are read back before the next (fused mode's chunks then end
+    between steps, with the parameters updated in place)."""
     info = INFOS[name]
     inputs = info.optim_inputs_func(device="cpu", dtype=torch.float64)
     checked = 0
@@ -100,7 +103,8 @@ def test_optimizer_matches_the_cpu(name: str) -> None:
                 kwargs[impl] = True
             where = f"{name} input {k} ({oi.desc}), {impl}"
             want, want_state = _train(info, kwargs, "cpu")
-            got, got_state = _train(info, kwargs, "tpu")
+            with torch.tpu.eager_mode(mode):
+                got, got_state = _train(info, kwargs, "tpu")
             for step, (ws, gs) in enumerate(zip(want, got)):
                 assert not any(torch.equal(w, g0) for w, g0 in zip(ws, _train_start(name))), \
                     f"{where}: step {step} changed nothing"
