@@ -31,6 +31,8 @@ def _impls(info: Any) -> list[str]:
         impls.append("foreach")
     if "fused" in info.supported_impls and "cpu" in (info.supports_fused_on or ()):
         impls.append("fused")
+    if info.has_capturable_arg:  # "tpu" is among the devices PyTorch allows it on
+        impls += ["capturable", "capturable-foreach"]
     return impls
 
 
@@ -99,12 +101,26 @@ def test_optimizer_matches_the_cpu(name: str, mode: str) -> None:
     for k, oi in enumerate(inputs):
         for impl in _impls(info):
             kwargs = dict(oi.kwargs)
-            if impl != "default":
-                kwargs[impl] = True
+            if kwargs.get("capturable"):
+                continue  # the CPU refuses it: the capturable impls below set it on "tpu"
+            for flag in ("foreach", "fused"):
+                if flag in impl:
+                    kwargs[flag] = True
             where = f"{name} input {k} ({oi.desc}), {impl}"
-            want, want_state = _train(info, kwargs, "cpu")
-            with torch.tpu.eager_mode(mode):
-                got, got_state = _train(info, kwargs, "tpu")
+            # capturable: the step counts are tensors of the default dtype on the device, and
+            # PyTorch's capturable math runs in their dtype (float32 loses 1 - beta2^t to
+            # cancellation on any device): float64 makes both sides compute alike
+            dtype = torch.get_default_dtype()
+            if "capturable" in impl:
+                torch.set_default_dtype(torch.float64)
+            try:
+                want, want_state = _train(info, kwargs, "cpu")
+                with torch.tpu.eager_mode(mode):
+                    got, got_state = _train(
+                        info, dict(kwargs, capturable=True) if "capturable" in impl else kwargs,
+                        "tpu")
+            finally:
+                torch.set_default_dtype(dtype)
             for step, (ws, gs) in enumerate(zip(want, got)):
                 assert not any(torch.equal(w, g0) for w, g0 in zip(ws, _train_start(name))), \
                     f"{where}: step {step} changed nothing"
