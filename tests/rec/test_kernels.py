@@ -1,7 +1,6 @@
-"""The device kernels of tpuc.integrations.torchrec against PyTorch's and
-FBGEMM's CPU kernels: nn.functional.embedding_bag (every mode the shim
-composes, with gradients) and the fbgemm jagged/permute operators, run on
-"tpu" without the CPU fallback."""
+"""The device kernels of tpuc.integrations.torchrec against FBGEMM's CPU kernels: the fbgemm
+jagged/permute operators, run on "tpu" without the CPU fallback (nn.EmbeddingBag's kernels
+are tpuc's own: tests/test_embedding_bag.py)."""
 from __future__ import annotations
 
 import warnings
@@ -32,44 +31,6 @@ def no_fallback() -> Iterator[None]:
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
-
-
-# (mode, weighted): PyTorch takes per_sample_weights with mode="sum" only
-@pytest.mark.parametrize(("mode", "weighted"), [("sum", False), ("sum", True), ("mean", False)])
-@pytest.mark.parametrize("padding_idx", [None, 3])
-@pytest.mark.parametrize("include_last_offset", [False, True])
-def test_embedding_bag(mode: str, padding_idx: int | None, weighted: bool, include_last_offset: bool) -> None:
-    g = _gen(0)
-    weight = torch.randn(9, 5, generator=g, dtype=torch.float64)
-    idx = torch.randint(0, 9, (14,), generator=g)
-    offsets = torch.tensor([0, 3, 3, 8, 13] + ([14] if include_last_offset else []))
-    psw = torch.rand(14, generator=g, dtype=torch.float64) if weighted else None
-    grad = torch.randn(5, 5, generator=g, dtype=torch.float64)
-    outs = {}
-    for dev in ("cpu", "tpu"):
-        w = weight.clone().to(dev).requires_grad_()
-        p = None if psw is None else psw.clone().to(dev).requires_grad_()
-        out = torch.nn.functional.embedding_bag(idx.to(dev), w, offsets.to(dev), mode=mode,
-                                                per_sample_weights=p, padding_idx=padding_idx,
-                                                include_last_offset=include_last_offset)
-        out.backward(grad.to(dev))
-        outs[dev] = (out.detach().cpu(), w.grad.cpu(), None if p is None else p.grad.cpu())
-    for got, want in zip(outs["tpu"], outs["cpu"]):
-        if want is not None:
-            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-
-
-def test_embedding_bag_max_mode_still_correct() -> None:
-    """mode='max' is not composed here: it keeps PyTorch's CPU kernel (counted
-    by the shim, not hidden) and the result is still PyTorch's."""
-    from tpuc.integrations.torchrec import embedding_bag
-
-    before = embedding_bag.cpu_runs().get("_embedding_bag(mode=max)", 0)
-    w = torch.randn(6, 3, dtype=torch.float64)
-    idx, off = torch.tensor([0, 5, 2, 2, 4]), torch.tensor([0, 2])
-    got = torch.nn.functional.embedding_bag(idx.to("tpu"), w.to("tpu"), off.to("tpu"), mode="max")
-    torch.testing.assert_close(got.cpu(), torch.nn.functional.embedding_bag(idx, w, off, mode="max"))
-    assert embedding_bag.cpu_runs()["_embedding_bag(mode=max)"] == before + 1
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])

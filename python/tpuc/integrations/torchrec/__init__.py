@@ -2,9 +2,8 @@
 unsharded TorchRec model calls that tpuc's core does not lower, registered
 when the project that defines them is imported (no third-party file edited).
 
-- ``embedding_bag``: ``aten::_embedding_bag`` and its backward (nn.EmbeddingBag,
-  one per feature in EmbeddingBagCollection), registered when torchrec is
-  imported;
+- (``aten::_embedding_bag``, which nn.EmbeddingBag runs once per feature of an
+  EmbeddingBagCollection, is a kernel of tpuc itself: python/tpuc/embedding_bag.py;)
 - ``fbgemm_ops``: the ``fbgemm::`` jagged/permute operators (fbgemm-gpu-cpu
   1.9.0 has CPU/CUDA kernels only), registered when fbgemm_gpu is imported;
 - ``tpu_kernel_ops``: the ``torchrec::`` lookups of TorchRec's own TPU compute
@@ -29,12 +28,6 @@ def _on_fbgemm(_mod: ModuleType) -> None:
     fbgemm_ops.register()
 
 
-def _on_torchrec(_mod: ModuleType) -> None:
-    from . import embedding_bag
-
-    embedding_bag.register()
-
-
 def _on_embedding_modules(mod: ModuleType) -> None:
     from .kjt_check import patch_embedding_modules
 
@@ -50,6 +43,5 @@ def _on_tpu_kernel_ops(_mod: ModuleType) -> None:
 def install() -> None:
     """Registers the kernels when fbgemm_gpu / torchrec are imported (now, if they are)."""
     _hooks.on_import("fbgemm_gpu", _on_fbgemm)
-    _hooks.on_import("torchrec", _on_torchrec)
     _hooks.on_import("torchrec.modules.embedding_modules", _on_embedding_modules)
     _hooks.on_import("torchrec.experimental.torch_tpu.pallas.ops", _on_tpu_kernel_ops)

@@ -1,22 +1,19 @@
-"""``aten::_embedding_bag`` (and its forward-only twin and dense backward) on
-"tpu", composed of ops the core lowers: index_select, searchsorted, index_add.
+"""``aten::_embedding_bag`` (and its forward-only twin and backwards) on "tpu", composed of
+ops the core lowers: index_select, searchsorted, index_add.
 
-What it works around: tpuc's core (through 0.x, torch 2.13-2.15) has no
-lowering of ``_embedding_bag``, so ``nn.EmbeddingBag`` -- which TorchRec's
-unsharded ``EmbeddingBagCollection`` runs once per feature -- went through the
-CPU fallback every step, forward and backward. Modes sum and mean run here;
-max (and ``sparse=True`` gradients) keep PyTorch's CPU kernels (the boxed
-fallback), counted in ``torch.tpu.stats()["fallbacks"]`` under this shim's
-names. Shapes depend only on the number of ids and bags, never on their
-values, so a steady-state step compiles nothing."""
+The core has no lowering of ``_embedding_bag``, so ``nn.EmbeddingBag`` (and TorchRec's
+unsharded ``EmbeddingBagCollection``, one per feature) went through the CPU fallback every
+step, forward and backward. Registered when tpuc registers the device (python/tpuc/__init__.py).
+Modes sum and mean run here; max (and ``sparse=True`` gradients) keep PyTorch's CPU kernels
+(the boxed fallback), counted in ``cpu_runs()`` under this module's names. Shapes depend only
+on the number of ids and bags, never on their values, so a steady-state step compiles
+nothing."""
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
 from torch import Tensor
-
-from ._register import register_kernels
 
 SUM, MEAN, MAX = 0, 1, 2
 _cpu_runs: dict[str, int] = {}
@@ -126,9 +123,20 @@ KERNELS = (
 )
 
 
+_lib: Optional[torch.library.Library] = None
+
+
 def register() -> None:
-    """PrivateUse1 kernels for the ops above (idempotent)."""
-    register_kernels("aten", KERNELS)
+    """PrivateUse1 kernels for the ops above (idempotent; an op the installed torch does not
+    define is skipped)."""
+    global _lib
+    if _lib is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    for name, fn in KERNELS:
+        if hasattr(torch.ops.aten, name):
+            lib.impl(name, fn, "PrivateUse1")
+    _lib = lib
 
 
 def cpu_runs() -> dict[str, int]:
