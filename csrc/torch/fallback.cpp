@@ -390,6 +390,13 @@ std::map<std::string, int64_t> fallback_counts() {
   return out;
 }
 
+void note_kernel_fallback(const std::string& name, const std::string& overload,
+                          const std::string& why) {
+  auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+  TORCH_CHECK(op.has_value(), "tpuc: no operator ", name, ".", overload);
+  note_cpu_fallback(info_for(*op), why);
+}
+
 void reset_fallback_counts() {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

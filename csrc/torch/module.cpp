@@ -197,6 +197,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_runtime_stats", &runtime_stats);
   m.def("_fallback_counts", &fallback_counts);
   m.def("_reset_fallback_counts", &reset_fallback_counts);
+  m.def("_note_kernel_fallback", &note_kernel_fallback);
   m.def("_runtime_info", &runtime_info);
   m.def("_device_info", &device_info);
   m.def("_op_names", [] {

@@ -108,6 +108,11 @@ void manual_seed_all(uint64_t seed);
 // op name -> number of times it ran on the CPU instead of the device.
 std::map<std::string, int64_t> fallback_counts();
 void reset_fallback_counts();
+// A Python kernel of tpuc that runs an op's CPU kernel itself (python/tpuc/embedding_bag.py's
+// mode max) counts it as the boxed fallback does: stats()['fallbacks'], the warning, and an
+// error under TPUC_FALLBACK=error.
+void note_kernel_fallback(const std::string& name, const std::string& overload,
+                          const std::string& why);
 
 // ---- events (observe.cpp) ---------------------------------------------------------
 

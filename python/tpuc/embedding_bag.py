@@ -4,8 +4,9 @@ ops the core lowers: index_select, searchsorted, index_add.
 The core has no lowering of ``_embedding_bag``, so ``nn.EmbeddingBag`` (and TorchRec's
 unsharded ``EmbeddingBagCollection``, one per feature) went through the CPU fallback every
 step, forward and backward. Registered when tpuc registers the device (python/tpuc/__init__.py).
-Modes sum and mean run here; max (and ``sparse=True`` gradients) keep PyTorch's CPU kernels
-(the boxed fallback), counted in ``cpu_runs()`` under this module's names. Shapes depend only
+Modes sum and mean run here; max (and ``sparse=True`` gradients) keep PyTorch's CPU kernels on
+host copies, counted as fallbacks (``torch.tpu.stats()["fallbacks"]``, and ``cpu_runs()`` under
+this module's names). Shapes depend only
 on the number of ids and bags, never on their values, so a steady-state step compiles
 nothing."""
 from __future__ import annotations
@@ -28,12 +29,22 @@ def _bag_of_each_id(indices: Tensor, offsets: Tensor, include_last_offset: bool)
     return torch.searchsorted(starts, pos, right=True) - 1, starts.numel()
 
 
+def _acc(t: Tensor) -> Tensor:
+    """float32 for 16-bit floats: bags are summed in float32 and rounded once, as the CPU does."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def _keep(indices: Tensor, padding_idx: int) -> Optional[Tensor]:
     return None if padding_idx < 0 else (indices != padding_idx)
 
 
 def _cpu(name: str, op: torch._ops.OpOverload, *args):  # type: ignore[no-untyped-def]
-    """The CPU kernel on host copies (the modes this module does not compose)."""
+    """The CPU kernel on host copies (the modes this module does not compose), counted as the
+    boxed fallback counts its runs (stats()["fallbacks"], the warning, TPUC_FALLBACK=error)."""
+    from . import _C
+
+    _C._note_kernel_fallback(op.name(), op._overloadname if op._overloadname != "default" else "",
+                             f"{name[name.index('(') + 1:-1]} is not composed on the device")
     _cpu_runs[name] = _cpu_runs.get(name, 0) + 1
     dev = next(a.device for a in args if isinstance(a, Tensor))
     host = [a.cpu() if isinstance(a, Tensor) else a for a in args]
@@ -52,17 +63,18 @@ def forward(weight: Tensor, indices: Tensor, offsets: Tensor, scale_grad_by_freq
                     include_last_offset, padding_idx)
     indices = indices.reshape(-1)
     bag, nbags = _bag_of_each_id(indices, offsets, include_last_offset)
-    rows = weight.index_select(0, indices)
+    rows = _acc(weight.index_select(0, indices))
     keep = _keep(indices, padding_idx)
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.reshape(-1, 1).to(rows.dtype)
     if keep is not None:
         rows = rows * keep.unsqueeze(1).to(rows.dtype)
-    out = weight.new_zeros(nbags, weight.shape[1]).index_add(0, bag, rows)
+    out = rows.new_zeros(nbags, weight.shape[1]).index_add(0, bag, rows)
     counts = torch.ones_like(indices, dtype=torch.int64) if keep is None else keep.to(torch.int64)
     bag_size = torch.zeros(nbags, dtype=torch.int64, device=weight.device).index_add(0, bag, counts)
     if mode == MEAN:
         out = out / bag_size.clamp(min=1).unsqueeze(1).to(out.dtype)
+    out = out.to(weight.dtype)
     max_indices = torch.zeros(nbags, dtype=torch.int64, device=weight.device)
     return out, bag, bag_size, max_indices
 
@@ -77,7 +89,7 @@ def dense_backward(grad: Tensor, indices: Tensor, offset2bag: Tensor, bag_size: 
                     bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode,
                     per_sample_weights, padding_idx)
     indices = indices.reshape(-1)
-    rows = grad.index_select(0, offset2bag)
+    rows = _acc(grad.index_select(0, offset2bag))
     if mode == MEAN:
         rows = rows / bag_size.index_select(0, offset2bag).clamp(min=1).unsqueeze(1).to(rows.dtype)
     if per_sample_weights is not None:
@@ -89,7 +101,7 @@ def dense_backward(grad: Tensor, indices: Tensor, offset2bag: Tensor, bag_size: 
         freq = torch.zeros(num_weights, dtype=rows.dtype, device=rows.device).index_add(
             0, indices, torch.ones_like(indices, dtype=rows.dtype))
         rows = rows / freq.index_select(0, indices).unsqueeze(1)
-    return grad.new_zeros(num_weights, grad.shape[1]).index_add(0, indices, rows)
+    return rows.new_zeros(num_weights, grad.shape[1]).index_add(0, indices, rows).to(grad.dtype)
 
 
 def backward(grad: Tensor, indices: Tensor, offsets: Tensor, offset2bag: Tensor, bag_size: Tensor,
@@ -109,9 +121,9 @@ def per_sample_weights_backward(grad: Tensor, weight: Tensor, indices: Tensor, o
                                 offset2bag: Tensor, mode: int, padding_idx: int = -1) -> Tensor:
     """d out / d per_sample_weights[i] = <grad of i's bag, weight row of id i> (sum mode)."""
     indices = indices.reshape(-1)
-    dots = (grad.index_select(0, offset2bag) * weight.index_select(0, indices)).sum(1)
+    dots = (_acc(grad.index_select(0, offset2bag)) * _acc(weight.index_select(0, indices))).sum(1)
     keep = _keep(indices, padding_idx)
-    return dots if keep is None else dots * keep.to(dots.dtype)
+    return (dots if keep is None else dots * keep.to(dots.dtype)).to(grad.dtype)
 
 
 KERNELS = (
