@@ -4,24 +4,15 @@ TorchRec's) runs on the device: every mode it composes, with gradients of the we
 per_sample_weights, against the CPU kernel in float64, with nothing on the CPU fallback."""
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 import tpuc  # noqa: F401
+from tpu_testing import no_fallback  # noqa: F401  (the fixture)
 
 
-@pytest.fixture(autouse=True)
-def no_fallback() -> Iterator[None]:
-    """Each test runs with nothing on the CPU fallback: a fallback fails it."""
-    torch.tpu.reset_stats()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    fell = {k: v for k, v in torch.tpu.stats()["fallbacks"].items() if v}
-    assert not fell, f"ran on the CPU: {fell}"
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -84,14 +84,23 @@ def test_layer_matches_the_cpu_forward_and_backward(kind: str, kw: dict) -> None
         assert err32 <= _bound(r, c32), (i, err32, _bound(r, c32))
 
 
+def _pair(kind: str, *args, **kw) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The module in float64 on the CPU and a copy in float64 on "tpu"."""
+    m = getattr(torch.nn, kind)(*args, **kw).double()
+    mt = getattr(torch.nn, kind)(*args, **kw)
+    mt.load_state_dict(m.state_dict())
+    return m, mt.to("tpu", torch.float64)
+
+
+def _assert_close64(got: torch.Tensor, want: torch.Tensor) -> None:
+    """float64 on both sides: a few ulps of the magnitude."""
+    assert (got - want).abs().max().item() <= 64 * EPS64 * max(1.0, want.abs().max().item())
+
+
 @pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])
 def test_cell_module_with_a_given_state(kind: str) -> None:
     torch.manual_seed(1)
-    cls = getattr(torch.nn, kind)
-    m = cls(4, 5).double()
-    mt = cls(4, 5)
-    mt.load_state_dict(m.state_dict())
-    mt = mt.to("tpu", torch.float64)
+    m, mt = _pair(kind, 4, 5)
     x = torch.randn(3, 4, dtype=torch.float64)
     h0 = torch.randn(3, 5, dtype=torch.float64)
     state = (h0, h0.flip(0)) if kind == "LSTMCell" else h0
@@ -108,7 +117,7 @@ def test_cell_module_with_a_given_state(kind: str) -> None:
             [p.grad.cpu() for p in mod.parameters()]
 
     for r, g in zip(grads(m, "cpu"), grads(mt, "tpu")):
-        assert (g - r).abs().max().item() <= 64 * EPS64 * max(1.0, r.abs().max().item())
+        _assert_close64(g, r)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
@@ -116,11 +125,7 @@ def test_double_backward_through_the_layer(kind: str) -> None:
     """create_graph=True: autograd's second derivative goes through ATen's differentiable
     cell backward, built from the device's ops."""
     torch.manual_seed(2)
-    cls = getattr(torch.nn, kind)
-    m = cls(4, 5).double()
-    mt = cls(4, 5)
-    mt.load_state_dict(m.state_dict())
-    mt = mt.to("tpu", torch.float64)
+    m, mt = _pair(kind, 4, 5)
     x = torch.randn(3, 2, 4, dtype=torch.float64)
 
     def second(mod: torch.nn.Module, dev: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,17 +135,13 @@ def test_double_backward_through_the_layer(kind: str) -> None:
         return g.detach().cpu(), xx.grad.cpu()
 
     for r, g in zip(second(m, "cpu"), second(mt, "tpu")):
-        assert (g - r).abs().max().item() <= 64 * EPS64 * max(1.0, r.abs().max().item())
+        _assert_close64(g, r)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_packed_sequences(kind: str) -> None:
     torch.manual_seed(3)
-    cls = getattr(torch.nn, kind)
-    m = cls(4, 5, batch_first=True).double()
-    mt = cls(4, 5, batch_first=True)
-    mt.load_state_dict(m.state_dict())
-    mt = mt.to("tpu", torch.float64)
+    m, mt = _pair(kind, 4, 5, batch_first=True)
     x = torch.randn(3, 6, 4, dtype=torch.float64)
     lengths = torch.tensor([6, 4, 2])
     ref, _ = pad_packed_sequence(m(pack_padded_sequence(x, lengths, batch_first=True))[0],
@@ -148,7 +149,7 @@ def test_packed_sequences(kind: str) -> None:
     got, _ = pad_packed_sequence(mt(pack_padded_sequence(x.to("tpu"), lengths, batch_first=True))[0],
                                  batch_first=True)
     assert got.device.type == "tpu"
-    assert (got.cpu() - ref).abs().max().item() <= 64 * EPS64 * max(1.0, ref.abs().max().item())
+    _assert_close64(got.cpu(), ref)
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])

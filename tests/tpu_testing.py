@@ -23,6 +23,18 @@ def quiet_fallback_warnings() -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def no_fallback() -> Iterator[None]:
+    """The test runs with nothing on the CPU fallback (warnings silenced): a fallback fails it.
+    Apply to a whole file with ``pytestmark = pytest.mark.usefixtures("no_fallback")``."""
+    torch.tpu.reset_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    fell = {k: v for k, v in torch.tpu.stats()["fallbacks"].items() if v}
+    assert not fell, f"ran on the CPU: {fell}"
+
+
 @pytest.fixture(params=[True, False], ids=["native", "cpu-fallback"])
 def native(request: pytest.FixtureRequest) -> Iterator[bool]:
     before = _C._native_enabled()

@@ -3,9 +3,6 @@ jagged/permute operators, run on "tpu" without the CPU fallback (nn.EmbeddingBag
 are tpuc's own: tests/test_embedding_bag.py)."""
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -14,19 +11,11 @@ pytest.importorskip("torchrec", reason="torchrec is not installed (make rec-setu
 import torchrec  # noqa: E402,F401  (imports fbgemm_gpu: the kernels get registered)
 
 import tpuc  # noqa: E402,F401
+from tpu_testing import no_fallback  # noqa: E402,F401  (the fixture)
 
 F = torch.ops.fbgemm
 
-
-@pytest.fixture(autouse=True)
-def no_fallback() -> Iterator[None]:
-    """Each test runs with nothing on the CPU: a fallback fails it."""
-    torch.tpu.reset_stats()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    fell = {k: v for k, v in torch.tpu.stats()["fallbacks"].items() if v}
-    assert not fell, f"ran on the CPU: {fell}"
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def _gen(seed: int) -> torch.Generator:
