@@ -18,8 +18,9 @@
 // The formulas are those of ATen's unfused cells (the CPU's); float16 and bfloat16
 // inputs compute in float32 and round the results once, as CUDA's kernels do (the
 // CPU's unfused cell rounds every step, and its cell state drifts over a sequence;
-// the workspace keeps the inputs' dtype, as on CUDA). Double backward (create_graph) does not come here: autograd then uses
-// ATen's differentiable composites (_thnn_differentiable_*_cell_backward).
+// the workspace keeps the inputs' dtype, as on CUDA). Double backward (create_graph)
+// does not come here: autograd then uses ATen's differentiable composites
+// (_thnn_differentiable_*_cell_backward).
 #include "tpuc_torch.h"
 
 #include <ATen/ATen.h>
