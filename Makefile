@@ -224,7 +224,7 @@ conformance: $(STAMP) $(VENV)/.deps-test
 # PyTorch's ModuleInfo database (module_db) on "tpu", every module in float64 against the CPU,
 # eval, train and inference (tests/test_module_conformance.py; make test runs its slice). ~2 min cold.
 conformance-modules: $(STAMP) $(VENV)/.deps-test
-	TPUC_MODULE_SWEEP=all $(PY) -m pytest -q -n 2 tests/test_module_conformance.py
+	TPUC_MODULE_SWEEP=all $(PY) -m pytest -q -n 2 tests/test_module_conformance.py tests/test_optim_conformance.py
 
 # PyTorch's device-generic test classes (instantiate_device_type_tests, only_for="tpu") on a subset.
 conformance-upstream: $(STAMP) $(VENV)/.deps-test
