@@ -33,13 +33,13 @@
 #include "tpuc_torch.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ops/_native_multi_head_attention_native.h>
+#include <ATen/ops/_transformer_encoder_layer_fwd_native.h>
 #include <c10/core/WrapDimMinimal.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <limits>
-#include <ATen/ops/_native_multi_head_attention_native.h>
-#include <ATen/ops/_transformer_encoder_layer_fwd_native.h>
-#include <torch/library.h>
 
 namespace tpuc_torch {
 namespace {
