@@ -537,18 +537,27 @@ static void emit_node(sb *b, const ir_graph *g, tv v) {
       break;
     }
     case N_CONV: {
+      /* attributes: nsp, stride[nsp], padding[2 nsp], lhs_dilation[nsp],
+       * rhs_dilation[nsp], groups (ir_conv) */
       const int64_t *a = n->a;
+      int nsp = (int)a[0];
+      static const char *const dims[IR_CONV_MAX_SPATIAL - 1] = {"0, 1", "0, 1, 2"};
+      const char *d = dims[nsp - 2];
       emit_printf(b, "\"stablehlo.convolution\"");
       put_operands(b, g, n);
-      emit_printf(b,
-                " {dimension_numbers = #stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>, "
-                "window_strides = array<i64: %lld, %lld>, padding = dense<[[%lld, %lld], [%lld, "
-                "%lld]]> : tensor<2x2xi64>, lhs_dilation = array<i64: %lld, %lld>, rhs_dilation = "
-                "array<i64: %lld, %lld>, feature_group_count = %lld : i64, batch_group_count = 1 : "
-                "i64",
-                (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4],
-                (long long)a[5], (long long)a[6], (long long)a[7], (long long)a[8], (long long)a[9],
-                (long long)a[10]);
+      emit_printf(b, " {dimension_numbers = #stablehlo.conv<[b, f, %s]x[o, i, %s]->[b, f, %s]>, ",
+                  d, d, d);
+      put_array(b, "window_strides", a + 1, nsp);
+      emit_printf(b, ", padding = dense<[");
+      for (int s = 0; s < nsp; s++)
+        emit_printf(b, "%s[%lld, %lld]", s ? ", " : "", (long long)a[1 + nsp + 2 * s],
+                    (long long)a[2 + nsp + 2 * s]);
+      emit_printf(b, "]> : tensor<%dx2xi64>, ", nsp);
+      put_array(b, "lhs_dilation", a + 1 + 3 * nsp, nsp);
+      emit_printf(b, ", ");
+      put_array(b, "rhs_dilation", a + 1 + 4 * nsp, nsp);
+      emit_printf(b, ", feature_group_count = %lld : i64, batch_group_count = 1 : i64",
+                  (long long)a[1 + 5 * nsp]);
       if (t0->dtype == TPUC_F32 || t0->dtype == TPUC_F64)
         emit_printf(b, ", precision_config = [#stablehlo<precision HIGHEST>, "
                      "#stablehlo<precision HIGHEST>]");

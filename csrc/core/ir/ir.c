@@ -633,36 +633,40 @@ tv ir_dot_general(ir_graph *g, tv a, tv b, const int64_t *a_batch, const int64_t
   return add(g, N_DOT, 0, t, ops, 2, attrs, na);
 }
 
-tv ir_conv2d(ir_graph *g, tv input, tv weight, const int64_t *stride, const int64_t *padding,
-             const int64_t *lhs_dilation, const int64_t *rhs_dilation, int64_t groups,
-             tpuc_dtype out_dtype) {
+tv ir_conv(ir_graph *g, tv input, tv weight, int nsp, const int64_t *stride,
+           const int64_t *padding, const int64_t *lhs_dilation, const int64_t *rhs_dilation,
+           int64_t groups, tpuc_dtype out_dtype) {
   if (!valid(g, input) || !valid(g, weight)) return IR_NONE;
   const ir_type *ti = &g->nodes[input].type, *tw = &g->nodes[weight].type;
-  if (ti->ndim != 4 || tw->ndim != 4 || groups < 1 || ti->dims[1] != tw->dims[1] * groups ||
-      ti->dtype != tw->dtype) {
-    ir_fail(g, "IR conv2d: expects NCHW input and OIHW weight with matching channels");
+  if (nsp < 2 || nsp > IR_CONV_MAX_SPATIAL || ti->ndim != nsp + 2 || tw->ndim != nsp + 2 ||
+      groups < 1 || ti->dims[1] != tw->dims[1] * groups || ti->dtype != tw->dtype) {
+    ir_fail(g, "IR conv: expects N C <spatial> input and O I <spatial> weight with matching "
+               "channels, 2 or 3 spatial dims");
     return IR_NONE;
   }
   ir_type t = *ti;
   t.dtype = out_dtype;
   t.dims[1] = tw->dims[0];
-  int64_t a[11];
-  for (int s = 0; s < 2; s++) {
+  /* nsp, stride[nsp], padding[2 nsp], lhs_dilation[nsp], rhs_dilation[nsp], groups */
+  int64_t a[2 + 5 * IR_CONV_MAX_SPATIAL];
+  int na = 0;
+  a[na++] = nsp;
+  for (int s = 0; s < nsp; s++) {
     int64_t in = (ti->dims[2 + s] - 1) * lhs_dilation[s] + 1 + padding[2 * s] + padding[2 * s + 1];
     int64_t k = (tw->dims[2 + s] - 1) * rhs_dilation[s] + 1;
     if (in < k || stride[s] < 1) {
-      ir_fail(g, "IR conv2d: kernel larger than the padded input");
+      ir_fail(g, "IR conv: kernel larger than the padded input");
       return IR_NONE;
     }
     t.dims[2 + s] = (in - k) / stride[s] + 1;
   }
-  memcpy(a, stride, 2 * sizeof *a);
-  memcpy(a + 2, padding, 4 * sizeof *a);
-  memcpy(a + 6, lhs_dilation, 2 * sizeof *a);
-  memcpy(a + 8, rhs_dilation, 2 * sizeof *a);
-  a[10] = groups;
+  for (int s = 0; s < nsp; s++) a[na++] = stride[s];
+  for (int s = 0; s < 2 * nsp; s++) a[na++] = padding[s];
+  for (int s = 0; s < nsp; s++) a[na++] = lhs_dilation[s];
+  for (int s = 0; s < nsp; s++) a[na++] = rhs_dilation[s];
+  a[na++] = groups;
   tv ops[2] = {input, weight};
-  return add(g, N_CONV, 0, t, ops, 2, a, 11);
+  return add(g, N_CONV, 0, t, ops, 2, a, na);
 }
 
 /* ---- indexing ---- */

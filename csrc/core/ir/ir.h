@@ -163,11 +163,13 @@ tv ir_cholesky(ir_graph *g, tv a, bool lower);
 typedef enum { IR_TRANSPOSE_NO, IR_TRANSPOSE_T, IR_TRANSPOSE_ADJOINT } ir_transpose_kind;
 tv ir_triangular_solve(ir_graph *g, tv a, tv b, bool left, bool lower, bool unit_diagonal,
                        ir_transpose_kind transpose_a);
-/* NCHW input, OIHW weight (feature_group_count groups), 2 spatial dims.
- * padding: lo_h, hi_h, lo_w, hi_w (may be negative); dilations: 2 each. */
-tv ir_conv2d(ir_graph *g, tv input, tv weight, const int64_t *stride, const int64_t *padding,
-             const int64_t *lhs_dilation, const int64_t *rhs_dilation, int64_t groups,
-             tpuc_dtype out_dtype);
+/* Convolution over nsp (2 or 3) spatial dims: N C <spatial> input, O I
+ * <spatial> weight (feature_group_count groups). stride, lhs_dilation and
+ * rhs_dilation: nsp each; padding: lo, hi per spatial dim (may be negative). */
+#define IR_CONV_MAX_SPATIAL 3
+tv ir_conv(ir_graph *g, tv input, tv weight, int nsp, const int64_t *stride,
+           const int64_t *padding, const int64_t *lhs_dilation, const int64_t *rhs_dilation,
+           int64_t groups, tpuc_dtype out_dtype);
 
 /* ---- indexing ---- */
 typedef struct {

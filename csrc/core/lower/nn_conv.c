@@ -1,4 +1,4 @@
-/* nn_conv.c — convolution (1-D and 2-D, groups, stride, padding, dilation,
+/* nn_conv.c — convolution (1-D, 2-D and 3-D, groups, stride, padding, dilation,
  * transposed) and its backward, max pooling with indices and its backward,
  * average pooling and its backward, adaptive average pooling and its
  * backward. 1-D cases run as 2-D with a unit height. Output sizes come from
@@ -8,16 +8,21 @@
 
 /* ---- convolution ---- */
 
+#define NSP IR_CONV_MAX_SPATIAL
+
 typedef struct {
-  int64_t stride[2], pad[2], dil[2], outpad[2], groups;
+  int nsp; /* spatial dims of the program: 2 (1-D runs as 2-D) or 3 */
+  int64_t stride[NSP], pad[NSP], dil[NSP], outpad[NSP], groups;
   bool transposed;
 } conv_params;
 
 /* Reads stride/padding/dilation/output_padding at args a, a+1, a+2, a+4 and
- * groups at a+5 for `nsp` spatial dims (1-D maps to the width). */
-static void conv_read(const tpuc_lower_ctx *cx, int a, int nsp, conv_params *p) {
-  for (int i = 0; i < 2; i++) {
-    int k = i - (2 - nsp);
+ * groups at a+5 for an input of rank r (1-D maps to the width of 2-D). */
+static void conv_read(const tpuc_lower_ctx *cx, int a, int r, conv_params *p) {
+  int given = r - 2;
+  p->nsp = given < 2 ? 2 : given;
+  for (int i = 0; i < p->nsp; i++) {
+    int k = i - (p->nsp - given);
     p->stride[i] = k < 0 ? 1 : lo_ints_at(cx, a, k, 1);
     p->pad[i] = k < 0 ? 0 : lo_ints_at(cx, a + 1, k, 0);
     p->dil[i] = k < 0 ? 1 : lo_ints_at(cx, a + 2, k, 1);
@@ -35,52 +40,73 @@ static tv as_2d(ir_graph *g, tv x) {
   return ir_reshape(g, x, 4, d);
 }
 
-/* Weight [g*a, b, kh, kw] -> [g*b, a, kh, kw], spatially flipped: the
- * kernel of the transposed convolution. */
-static tv flip_regroup(ir_graph *g, tv w, int64_t groups) {
+static tv conv(ir_graph *g, tv x, tv w, const conv_params *p, const int64_t *stride,
+               const int64_t *pad, const int64_t *lhs_dil, const int64_t *rhs_dil, tpuc_dtype cd) {
+  return ir_conv(g, x, w, p->nsp, stride, pad, lhs_dil, rhs_dil, p->groups, cd);
+}
+
+/* Weight [g*a, b, k...] -> [g*b, a, k...], spatially flipped: the kernel of
+ * the transposed convolution. */
+static tv flip_regroup(ir_graph *g, tv w, const conv_params *p) {
   ir_type t = ir_type_of(g, w);
-  int64_t a = t.dims[0] / groups, b = t.dims[1];
-  int64_t d5[5] = {groups, a, b, t.dims[2], t.dims[3]}, perm[5] = {0, 2, 1, 3, 4};
-  int64_t d4[4] = {groups * b, a, t.dims[2], t.dims[3]}, sp[2] = {2, 3};
-  tv r = ir_transpose(g, ir_reshape(g, w, 5, d5), perm);
-  return ir_reverse(g, ir_reshape(g, r, 4, d4), sp, 2);
+  int nsp = p->nsp;
+  int64_t a = t.dims[0] / p->groups, b = t.dims[1];
+  int64_t d5[NSP + 3] = {p->groups, a, b}, perm[NSP + 3] = {0, 2, 1};
+  int64_t d4[NSP + 2] = {p->groups * b, a}, sp[NSP];
+  for (int i = 0; i < nsp; i++) {
+    d5[3 + i] = d4[2 + i] = t.dims[2 + i];
+    perm[3 + i] = 3 + i;
+    sp[i] = 2 + i;
+  }
+  tv r = ir_transpose(g, ir_reshape(g, w, nsp + 3, d5), perm);
+  return ir_reverse(g, ir_reshape(g, r, nsp + 2, d4), sp, nsp);
 }
 
-/* Plain convolution of 4-D x and w (same dtype), result in cd. */
+/* Plain convolution of x and w (same dtype), result in cd. */
 static tv conv_fwd(ir_graph *g, tv x, tv w, const conv_params *p, tpuc_dtype cd) {
-  int64_t pad[4] = {p->pad[0], p->pad[0], p->pad[1], p->pad[1]}, one[2] = {1, 1};
-  return ir_conv2d(g, x, w, p->stride, pad, one, p->dil, p->groups, cd);
+  int64_t pad[2 * NSP], one[NSP];
+  for (int i = 0; i < p->nsp; i++) {
+    pad[2 * i] = pad[2 * i + 1] = p->pad[i];
+    one[i] = 1;
+  }
+  return conv(g, x, w, p, p->stride, pad, one, p->dil, cd);
 }
 
-/* Transposed convolution: x [N, Cin, H, W], w [Cin, Cout/g, kh, kw]. */
+/* Transposed convolution: x [N, Cin, sp...], w [Cin, Cout/g, k...]. */
 static tv conv_tr(ir_graph *g, tv x, tv w, const conv_params *p, tpuc_dtype cd) {
   ir_type wt = ir_type_of(g, w);
-  int64_t pad[4], one[2] = {1, 1};
-  for (int i = 0; i < 2; i++) {
+  int64_t pad[2 * NSP], one[NSP];
+  for (int i = 0; i < p->nsp; i++) {
     int64_t k = p->dil[i] * (wt.dims[2 + i] - 1);
     pad[2 * i] = k - p->pad[i];
     pad[2 * i + 1] = k - p->pad[i] + p->outpad[i];
+    one[i] = 1;
   }
-  return ir_conv2d(g, x, flip_regroup(g, w, p->groups), one, pad, p->stride, p->dil, p->groups, cd);
+  return conv(g, x, flip_regroup(g, w, p), p, one, pad, p->stride, p->dil, cd);
 }
 
-/* The weight gradient of a plain convolution: x [N, g*ci, H, W] input,
- * dy [N, co, Oh, Ow] output gradient, kernel k -> [co, ci, kh, kw]. */
+/* The weight gradient of a plain convolution: x [N, g*ci, sp...] input,
+ * dy [N, co, osp...] output gradient, kernel k -> [co, ci, k...]. */
 static tv conv_wgrad(ir_graph *g, tv x, tv dy, const int64_t *k, const conv_params *p,
                      tpuc_dtype cd) {
   ir_type xt = ir_type_of(g, x), yt = ir_type_of(g, dy);
+  int nsp = p->nsp;
   int64_t G = p->groups, ci = xt.dims[1] / G, n = xt.dims[0];
-  int64_t d5[5] = {n, G, ci, xt.dims[2], xt.dims[3]}, perm5[5] = {2, 1, 0, 3, 4};
-  int64_t d4[4] = {ci, G * n, xt.dims[2], xt.dims[3]}, perm4[4] = {1, 0, 2, 3};
-  tv lhs = ir_reshape(g, ir_transpose(g, ir_reshape(g, x, 5, d5), perm5), 4, d4);
-  tv rhs = ir_transpose(g, dy, perm4);
-  int64_t pad[4], one[2] = {1, 1};
-  for (int i = 0; i < 2; i++) {
+  int64_t d5[NSP + 3] = {n, G, ci}, perm5[NSP + 3] = {2, 1, 0};
+  int64_t d4[NSP + 2] = {ci, G * n}, perm4[NSP + 2] = {1, 0};
+  int64_t pad[2 * NSP], one[NSP];
+  for (int i = 0; i < nsp; i++) {
     int64_t h = xt.dims[2 + i], o = yt.dims[2 + i];
+    d5[3 + i] = d4[2 + i] = h;
+    perm5[3 + i] = 3 + i;
+    perm4[2 + i] = 2 + i;
     pad[2 * i] = p->pad[i];
     pad[2 * i + 1] = (k[i] - 1) * p->dil[i] + (o - 1) * p->stride[i] + 1 - h - p->pad[i];
+    one[i] = 1;
   }
-  tv r = ir_conv2d(g, lhs, rhs, p->dil, pad, one, p->stride, G, cd); /* [ci, co, kh, kw] */
+  tv lhs = ir_reshape(g, ir_transpose(g, ir_reshape(g, x, nsp + 3, d5), perm5), nsp + 2, d4);
+  tv rhs = ir_transpose(g, dy, perm4);
+  tv r = conv(g, lhs, rhs, p, p->dil, pad, one, p->stride, cd); /* [ci, co, k...] */
   return ir_transpose(g, r, perm4);
 }
 
@@ -91,10 +117,10 @@ tpuc_status *nn_convolution(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tv x = lx_tensor(cx, 0), w = lx_tensor(cx, 1);
   int r = lo_rank(g, x);
-  if ((r != 3 && r != 4) || lo_rank(g, w) != r)
-    return lx_unimplemented(cx, "only 1-D and 2-D batched convolutions");
+  if (r < 3 || r > NSP + 2 || lo_rank(g, w) != r)
+    return lx_unimplemented(cx, "only 1-D, 2-D and 3-D batched convolutions");
   conv_params p;
-  conv_read(cx, 3, r - 2, &p);
+  conv_read(cx, 3, r, &p);
   tpuc_dtype d = ot.dtype, cd = lx_compute_dtype(d);
   x = as_2d(g, ir_convert(g, x, d));
   w = as_2d(g, ir_convert(g, w, d));
@@ -113,31 +139,33 @@ static tpuc_status *conv_backward(tpuc_lower_ctx *cx, int a) {
   ir_graph *g = cx->g;
   tv dy = lx_tensor(cx, 0), x = lx_tensor(cx, 1), w = lx_tensor(cx, 2);
   int r = lo_rank(g, x);
-  if ((r != 3 && r != 4) || lo_rank(g, w) != r || lo_rank(g, dy) != r)
-    return lx_unimplemented(cx, "only 1-D and 2-D batched convolutions");
+  if (r < 3 || r > NSP + 2 || lo_rank(g, w) != r || lo_rank(g, dy) != r)
+    return lx_unimplemented(cx, "only 1-D, 2-D and 3-D batched convolutions");
   conv_params p;
-  conv_read(cx, a, r - 2, &p);
+  conv_read(cx, a, r, &p);
   tpuc_dtype d = ir_type_of(g, x).dtype, cd = lx_compute_dtype(d);
   dy = as_2d(g, ir_convert(g, dy, d));
   x = as_2d(g, x);
   w = as_2d(g, ir_convert(g, w, d));
   ir_type xt = ir_type_of(g, x), wt = ir_type_of(g, w), yt = ir_type_of(g, dy);
-  int64_t k[2] = {wt.dims[2], wt.dims[3]};
+  int64_t k[NSP];
+  for (int i = 0; i < p.nsp; i++) k[i] = wt.dims[2 + i];
   tv vals[3] = {IR_NONE, IR_NONE, IR_NONE};
   if (nn_mask(cx, a + 6, 0)) {
     if (p.transposed) {
       /* a plain convolution of dy; output_padding may reach past a stride
        * (it need only be below stride or dilation), which would give
        * floor(outpad / stride) extra outputs: trim them off the high side */
-      int64_t pad[4], one[2] = {1, 1};
-      for (int i = 0; i < 2; i++) {
+      int64_t pad[2 * NSP], one[NSP];
+      for (int i = 0; i < p.nsp; i++) {
         pad[2 * i] = p.pad[i];
         pad[2 * i + 1] = p.pad[i] - p.stride[i] * (p.outpad[i] / p.stride[i]);
+        one[i] = 1;
       }
-      vals[0] = ir_conv2d(g, dy, w, p.stride, pad, one, p.dil, p.groups, cd);
+      vals[0] = conv(g, dy, w, &p, p.stride, pad, one, p.dil, cd);
     } else {
       conv_params q = p;
-      for (int i = 0; i < 2; i++)
+      for (int i = 0; i < p.nsp; i++)
         q.outpad[i] = xt.dims[2 + i] - ((yt.dims[2 + i] - 1) * p.stride[i] - 2 * p.pad[i] +
                                         p.dil[i] * (k[i] - 1) + 1);
       vals[0] = conv_tr(g, dy, w, &q, cd);

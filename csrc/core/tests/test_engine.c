@@ -606,7 +606,7 @@ static void test_ir_dot_conv_misc(void) {
   tv pi = ir_param(g, ir_make_type(TPUC_F32, 4, di));
   tv pk = ir_param(g, ir_make_type(TPUC_F32, 4, dk));
   int64_t st[2] = {1, 1}, pad[4] = {0, 0, 0, 0}, dil[2] = {1, 1};
-  ir_output(g, ir_conv2d(g, pi, pk, st, pad, dil, dil, 1, TPUC_F32));
+  ir_output(g, ir_conv(g, pi, pk, 2, st, pad, dil, dil, 1, TPUC_F32));
   /* erf, concat, pad, reverse, transpose, select, clamp, rng: built and run */
   int64_t d3 = 3;
   tv row = ir_reshape(g, ir_slice(g, ir_reshape(g, pi, 1, (int64_t[]){9}), (int64_t[]){0},
