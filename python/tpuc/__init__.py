@@ -50,6 +50,11 @@ def _register() -> None:
     _C._set_plugin(choice.path if choice else "", missing)
     # before the C exit handlers destroy LLVM's statics under a compile still running
     atexit.register(_C._stop_background_compiles)
+    from . import _exit
+
+    # registered after, so it runs first: parks the autograd device threads before the
+    # interpreter finalizes (_exit.py says why)
+    atexit.register(_exit.park)
 
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")
