@@ -9,6 +9,7 @@ outputs. Fallbacks are counted only while the device runs the op (moving data is
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import traceback
 from collections import Counter
@@ -23,6 +24,16 @@ from .tree import clone, describe, tensors, to_cpu, to_device, tree_map
 
 CLASSES = ("native_pass", "fallback_pass", "mismatch", "error", "skipped")
 DEVICE = "tpu"
+# TPUC_CONFORMANCE_COMPILED=1: the device side of the forward and in-place checks runs the op
+# under torch.compile(backend="tpu") (a fresh Dynamo cache per call), graph breaks allowed
+COMPILED = os.environ.get("TPUC_CONFORMANCE_COMPILED") == "1"
+
+
+def _device_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
+    if not COMPILED:
+        return fn
+    torch._dynamo.reset()
+    return torch.compile(lambda *a, **k: fn(*a, **k), backend="tpu", dynamic=False)
 
 
 @dataclass
@@ -189,7 +200,7 @@ class _Checker:
                     self.nondeterministic_samples += 1
             d_inp, d_args, d_kwargs = self._to_device(sample)
             try:
-                actual = self._on_device(lambda: self.op(d_inp, *d_args, **d_kwargs))
+                actual = self._on_device(lambda: _device_fn(self.op)(d_inp, *d_args, **d_kwargs))
             except Exception as e:
                 self._fail("error", "forward", desc, _first_line(e))
                 continue
@@ -242,7 +253,7 @@ class _Checker:
             return  # not valid in place for this sample (dtype promotion, broadcast input)
         xd, d_args, d_kwargs = self._to_device(sample)
         try:
-            self._on_device(lambda: fn(xd, *d_args, **d_kwargs))
+            self._on_device(lambda: _device_fn(fn)(xd, *d_args, **d_kwargs))
         except Exception as e:
             self._fail("error", "inplace", desc, _first_line(e))
             return
