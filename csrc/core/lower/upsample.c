@@ -1,5 +1,6 @@
 /* upsample.c — nearest, nearest-exact, (bi/tri)linear and bicubic
- * upsampling over 1, 2 or 3 spatial dims (bicubic: 2), and their backward. Separable: each spatial dim
+ * upsampling over 1, 2 or 3 spatial dims (bicubic: 2), antialiased bilinear
+ * and bicubic (2; below), and their backward. Separable: each spatial dim
  * is resampled on its own with source indices (and linear weights) that
  * are computed in the graph exactly as PyTorch's CPU kernels do, in f32
  * (f64 for f64 data): the optional `float?` scales are runtime scalars, so
@@ -50,29 +51,36 @@ static void up_cubic(ir_graph *g, up_axis *a, tv real, tv last, tpuc_dtype ct) {
     a->ci[k] = ir_clamp(g, ir_splat_i64(g, it, 0), ir_binary(g, IR_ADD, base, ir_splat_i64(g, it, k - 1)), last);
 }
 
+/* The ratio in / out as area_pixel_compute_scale computes it in ct (rank 0):
+ * with align_corners (in - 1) / (out - 1); else 1 / scale for a given
+ * scale > 0 (the op's `float?`, f64 rank 0, or IR_NONE), else in / out. */
+static tv up_ratio(ir_graph *g, bool align_corners, int64_t in, int64_t out, tv scale,
+                   tpuc_dtype ct) {
+  if (align_corners) {
+    double r = 0.0;
+    if (out > 1) r = ct == TPUC_F64 ? (double)(in - 1) / (double)(out - 1)
+                                    : (double)((float)(in - 1) / (float)(out - 1));
+    return lo_const(g, ct, r);
+  }
+  double r = ct == TPUC_F64 ? (double)in / (double)out : (double)((float)in / (float)out);
+  tv ratio = lo_const(g, ct, r);
+  if (scale != IR_NONE) { /* scale > 0 ? (ct)(1.0 / scale) : in / out */
+    tv inv = ir_convert(g, ir_binary(g, IR_DIV, lo_const(g, TPUC_F64, 1.0), scale), ct);
+    tv pos = ir_compare(g, IR_GT, scale, lo_const(g, TPUC_F64, 0.0));
+    ratio = ir_select(g, pos, inv, ratio);
+  }
+  return ratio;
+}
+
 static up_axis up_source(ir_graph *g, up_mode mode, bool align_corners, int64_t in, int64_t out,
                          tv scale, tpuc_dtype ct) {
   up_axis a;
   a.i0 = a.i1 = a.l0 = a.l1 = IR_NONE;
   int64_t od = out;
   ir_type vt = ir_make_type(ct, 1, &od);
-  /* the ratio, as area_pixel_compute_scale in ct */
-  tv ratio;
-  if ((mode == UP_LINEAR || mode == UP_CUBIC) && align_corners) {
-    double r = 0.0;
-    if (out > 1) r = ct == TPUC_F64 ? (double)(in - 1) / (double)(out - 1)
-                                    : (double)((float)(in - 1) / (float)(out - 1));
-    ratio = lo_const(g, ct, r);
-  } else {
-    double r = ct == TPUC_F64 ? (double)in / (double)out : (double)((float)in / (float)out);
-    ratio = lo_const(g, ct, r);
-    if (scale != IR_NONE) { /* scale > 0 ? (ct)(1.0 / scale) : in / out */
-      tv inv = ir_convert(g, ir_binary(g, IR_DIV, lo_const(g, TPUC_F64, 1.0), scale), ct);
-      tv pos = ir_compare(g, IR_GT, scale, lo_const(g, TPUC_F64, 0.0));
-      ratio = ir_select(g, pos, inv, ratio);
-    }
-  }
-  ratio = ir_broadcast_in_dim(g, ratio, vt, NULL);
+  tv ratio = ir_broadcast_in_dim(
+      g, up_ratio(g, (mode == UP_LINEAR || mode == UP_CUBIC) && align_corners, in, out, scale, ct),
+      vt, NULL);
   tv i = ir_convert(g, ir_iota(g, ir_make_type(TPUC_S64, 1, &od), 0), ct);
   ir_type it = ir_make_type(TPUC_S64, 1, &od);
   tv last = ir_splat_i64(g, it, in - 1);
@@ -184,6 +192,124 @@ static tpuc_status *lower_upsample(tpuc_lower_ctx *cx, up_mode mode, int nsp, bo
   return NULL;
 }
 
+/* ---- antialiased bilinear and bicubic (_upsample_*2d_aa) ----
+ * PyTorch's CPU kernel (as Pillow) gives output position o of a dim the
+ * input window [xmin, xmin + xsize) around center = ratio (o + 0.5), of
+ * half-width support = taps/2 * max(ratio, 1), each input p weighted by
+ * filter((p - center + 0.5) / max(ratio, 1)), normalized to sum 1 (taps 2:
+ * the triangle; 4: the cubic with A = -0.5). Here each resized dim is one
+ * dot with the dense [out, in] matrix of those weights (zero outside the
+ * window), built in the graph: the window ends are computed in the CPU's own
+ * mix of float and double (they decide which inputs count), the weights in
+ * f64 (closer to exact than the CPU's float ones). The last dim is resampled
+ * first, as on the CPU; the backward applies the transposed matrices. */
+
+static tv aa_filter(ir_graph *g, tv x, int taps) {
+  ir_type t = ir_type_of(g, x);
+#define C(v) ir_splat(g, t, (v))
+#define MUL(a, b) ir_binary(g, IR_MUL, a, b)
+#define ADD(a, b) ir_binary(g, IR_ADD, a, b)
+#define SUB(a, b) ir_binary(g, IR_SUB, a, b)
+  x = ir_unary(g, IR_ABS, x);
+  if (taps == 2) return ir_binary(g, IR_MAX, SUB(C(1.0), x), C(0.0));
+  const double A = -0.5;
+  tv near = ADD(MUL(MUL(SUB(MUL(C(A + 2), x), C(A + 3)), x), x), C(1.0));
+  tv far = SUB(MUL(ADD(MUL(SUB(MUL(C(A), x), C(5 * A)), x), C(8 * A)), x), C(4 * A));
+  tv r = ir_select(g, ir_compare(g, IR_LT, x, C(2.0)), far, C(0.0));
+  return ir_select(g, ir_compare(g, IR_LT, x, C(1.0)), near, r);
+#undef C
+#undef MUL
+#undef ADD
+#undef SUB
+}
+
+/* The [out, in] weights of one dim, in dtype dd. */
+static tv aa_weights(ir_graph *g, int taps, bool align_corners, int64_t in, int64_t out,
+                     tv scale, tpuc_dtype ct, tpuc_dtype dd) {
+  const tpuc_dtype D = TPUC_F64;
+  int64_t dims[2] = {out, in};
+  ir_type mt = ir_make_type(ct, 2, dims), m64 = ir_with_dtype(mt, D), mi = ir_with_dtype(mt, TPUC_S64);
+  tv ratio = up_ratio(g, align_corners, in, out, scale, ct), r64 = ir_convert(g, ratio, D);
+  tv ge1 = ir_compare(g, IR_GE, ratio, lo_const(g, ct, 1.0));
+  /* support and invscale in ct, from double products as on the CPU */
+  tv support = ir_convert(g, ir_select(g, ge1, ir_binary(g, IR_MUL, lo_const(g, D, taps * 0.5), r64),
+                                       lo_const(g, D, taps * 0.5)), ct);
+  tv inv = ir_convert(g, ir_select(g, ge1, ir_binary(g, IR_DIV, lo_const(g, D, 1.0), r64),
+                                   lo_const(g, D, 1.0)), ct);
+  tv o = ir_convert(g, ir_iota(g, ir_with_dtype(m64, TPUC_S64), 0), D);
+  tv center = ir_convert(g, ir_binary(g, IR_MUL, ir_broadcast_in_dim(g, r64, m64, NULL),
+                                      ir_binary(g, IR_ADD, o, ir_splat(g, m64, 0.5))), ct);
+  tv sup = ir_broadcast_in_dim(g, support, mt, NULL);
+  /* (int64)(center -+ support + 0.5): the float difference, then + 0.5 in double */
+  tv lo = ir_convert(g, ir_binary(g, IR_ADD, ir_convert(g, ir_binary(g, IR_SUB, center, sup), D),
+                                  ir_splat(g, m64, 0.5)), TPUC_S64);
+  tv hi = ir_convert(g, ir_binary(g, IR_ADD, ir_convert(g, ir_binary(g, IR_ADD, center, sup), D),
+                                  ir_splat(g, m64, 0.5)), TPUC_S64);
+  tv xmin = ir_binary(g, IR_MAX, lo, ir_splat_i64(g, mi, 0));
+  tv xmax = ir_binary(g, IR_MIN, hi, ir_splat_i64(g, mi, in));
+  /* xsize at most ceil(support) * 2 + 1 */
+  tv cap = ir_convert(g, ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, ir_unary(g, IR_CEIL, sup),
+                                                        ir_splat(g, mt, 2.0)), ir_splat(g, mt, 1.0)), TPUC_S64);
+  tv xend = ir_binary(g, IR_ADD, xmin, ir_clamp(g, ir_splat_i64(g, mi, 0), ir_binary(g, IR_SUB, xmax, xmin), cap));
+  tv p = ir_iota(g, mi, 1);
+  tv inside = ir_binary(g, IR_AND, ir_compare(g, IR_GE, p, xmin), ir_compare(g, IR_LT, p, xend));
+  /* filter argument ((p - center) + 0.5) * invscale: the float difference, the rest in double */
+  tv arg = ir_binary(g, IR_MUL, ir_binary(g, IR_ADD, ir_convert(g, ir_binary(g, IR_SUB, ir_convert(g, p, ct), center), D),
+                                          ir_splat(g, m64, 0.5)),
+                     ir_broadcast_in_dim(g, ir_convert(g, inv, D), m64, NULL));
+  tv w = ir_select(g, inside, aa_filter(g, arg, taps), ir_splat(g, m64, 0.0));
+  int64_t one = 1, zero = 0;
+  tv total = ir_broadcast_in_dim(g, lo_sum(g, w, &one, 1, false), m64, &zero);
+  tv nz = ir_compare(g, IR_NE, total, ir_splat(g, m64, 0.0));
+  w = ir_select(g, nz, ir_binary(g, IR_DIV, w, ir_select(g, nz, total, ir_splat(g, m64, 1.0))), w);
+  return ir_convert(g, w, dd);
+}
+
+/* v with dim `dim` mapped through m ([to, from] when !transposed, applied as
+ * [from, to] when transposed): a dot, its new dim moved back into place. */
+static tv aa_apply(ir_graph *g, tv v, int dim, tv m, bool transposed) {
+  ir_type t = ir_type_of(g, v);
+  int64_t ca = dim, cb = transposed ? 0 : 1;
+  tv r = ir_dot_general(g, v, m, NULL, NULL, 0, &ca, &cb, 1, t.dtype); /* [..rest.., new] */
+  int64_t perm[TPUC_MAX_DIMS];
+  for (int i = 0, k = 0; i < t.ndim; i++) perm[i] = i == dim ? t.ndim - 1 : k++;
+  return ir_transpose(g, r, perm);
+}
+
+/* (self, output_size, align_corners, scales_h, scales_w); backward
+ * (grad_output, output_size, input_size, align_corners, scales_h, scales_w). */
+static tpuc_status *lower_upsample_aa(tpuc_lower_ctx *cx, int taps, bool backward) {
+  ir_graph *g = cx->g;
+  ir_type ot = lx_out(cx, 0);
+  tv x = lx_tensor(cx, 0);
+  ir_type xt = ir_type_of(g, x);
+  if (xt.ndim != 4 || ot.ndim != 4) return lx_unimplemented(cx, "antialiased upsample rank");
+  if (xt.dtype != TPUC_F32 && xt.dtype != TPUC_F64) /* the CPU's kernel has these two */
+    return lx_unimplemented(cx, "antialiased upsample of other than float32/float64");
+  if (ir_numel(&ot) == 0 || ir_numel(&xt) == 0) {
+    cx->results[0] = ir_splat(g, ot, 0.0);
+    return NULL;
+  }
+  int a = backward ? 3 : 2;
+  bool ac = lx_bool(cx, a, false);
+  const int64_t *in = backward ? ot.dims : xt.dims, *out = backward ? xt.dims : ot.dims;
+  tpuc_dtype ct = xt.dtype;
+  tv v = x;
+  for (int k = 0; k < 2; k++) {
+    int dim = backward ? 2 + k : 3 - k; /* forward: width, then height */
+    if (in[dim] == out[dim]) continue;  /* the CPU skips a dim of equal sizes */
+    tv m = aa_weights(g, taps, ac, in[dim], out[dim], lx_scalar(cx, a + 1 + (dim - 2), TPUC_F64), ct, ct);
+    v = aa_apply(g, v, dim, m, backward);
+  }
+  cx->results[0] = lo_fit(g, v, ot);
+  return NULL;
+}
+
+static tpuc_status *l_bilinear2d_aa(tpuc_lower_ctx *cx) { return lower_upsample_aa(cx, 2, false); }
+static tpuc_status *l_bilinear2d_aa_bw(tpuc_lower_ctx *cx) { return lower_upsample_aa(cx, 2, true); }
+static tpuc_status *l_bicubic2d_aa(tpuc_lower_ctx *cx) { return lower_upsample_aa(cx, 4, false); }
+static tpuc_status *l_bicubic2d_aa_bw(tpuc_lower_ctx *cx) { return lower_upsample_aa(cx, 4, true); }
+
 #define UP_FNS(name, mode, nsp)                                                                 \
   static tpuc_status *l_##name(tpuc_lower_ctx *cx) { return lower_upsample(cx, mode, nsp, false); } \
   static tpuc_status *l_##name##_bw(tpuc_lower_ctx *cx) { return lower_upsample(cx, mode, nsp, true); }
@@ -215,5 +341,7 @@ const tpuc_lowering tpuc_lowerings_upsample[] = {
     UP_ENTRIES("upsample_bilinear2d", bilinear2d),
     UP_ENTRIES("upsample_trilinear3d", trilinear3d),
     UP_ENTRIES("upsample_bicubic2d", bicubic2d),
+    UP_ENTRIES("_upsample_bilinear2d_aa", bilinear2d_aa),
+    UP_ENTRIES("_upsample_bicubic2d_aa", bicubic2d_aa),
     {NULL, NULL},
 };
