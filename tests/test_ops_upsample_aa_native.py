@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import tpuc  # noqa: F401
-from tpu_testing import no_fallback  # noqa: F401  (fixture)
+from tpu_testing import assert_trains_as_on_the_cpu, no_fallback  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("no_fallback")
 
@@ -66,16 +66,9 @@ def test_training_steps_match_the_cpu(mode: str) -> None:
 
     x = torch.randn(2, 2, 20, 14, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     target = F.interpolate(x, size=(9, 6), mode="bilinear", antialias=True)
-    models = {d: make().to(d, torch.float64) for d in ("cpu", "tpu")}
-    opts = {d: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for d, m in models.items()}
-    with torch.tpu.eager_mode(mode):
-        for step in range(4):
-            for d, m in models.items():
-                h = F.interpolate(m[:2](x.to(d)), size=(9, 6), mode="bicubic", antialias=True)
-                loss = (m[2](h) - target.to(d)).pow(2).mean()
-                loss.backward()
-                opts[d].step()
-                opts[d].zero_grad()
-            for (name, pc), pt in zip(models["cpu"].named_parameters(), models["tpu"].parameters()):
-                torch.testing.assert_close(pt.detach().cpu(), pc.detach(),
-                                           msg=lambda m, n=name, s=step: f"step {s} {n}: {m}")
+
+    def loss(m: torch.nn.Module, d: str) -> torch.Tensor:
+        h = F.interpolate(m[:2](x.to(d)), size=(9, 6), mode="bicubic", antialias=True)
+        return (m[2](h) - target.to(d)).pow(2).mean()
+
+    assert_trains_as_on_the_cpu(make, loss, mode)

@@ -7,7 +7,7 @@ TPUC_NATIVE=0 does), so the glue's own paths are checked either way."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -95,3 +95,22 @@ def assert_as_accurate(tpu: torch.Tensor, cpu: torch.Tensor, exact: torch.Tensor
     floor = floor_ulps * eps * (max(1.0, scale / top) if scale is not None else 1.0)
     assert e_dev <= factor * e_cpu + floor, (
         f"device error {e_dev:.3g} vs the CPU's {e_cpu:.3g} (float64 reference)")
+
+
+def assert_trains_as_on_the_cpu(make: Callable[[], torch.nn.Module],
+                                loss: Callable[[torch.nn.Module, str], torch.Tensor],
+                                mode: str, steps: int = 4) -> None:
+    """`make()`'s model in float64 on the CPU and on "tpu" (eager mode `mode`), `steps` SGD
+    steps with momentum on `loss(model, device)`; the parameters, updated in place, are read
+    back and compared with the CPU's after every step."""
+    models = {d: make().to(d, torch.float64) for d in ("cpu", "tpu")}
+    opts = {d: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for d, m in models.items()}
+    with torch.tpu.eager_mode(mode):
+        for step in range(steps):
+            for d, m in models.items():
+                loss(m, d).backward()
+                opts[d].step()
+                opts[d].zero_grad()
+            for (name, pc), pt in zip(models["cpu"].named_parameters(), models["tpu"].parameters()):
+                torch.testing.assert_close(pt.detach().cpu(), pc.detach(),
+                                           msg=lambda m, n=name, s=step: f"step {s} {n}: {m}")
