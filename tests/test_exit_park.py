@@ -8,29 +8,29 @@ import subprocess
 import sys
 import time
 
-import pytest
-
-# A background thread's backward runs a Python Function on the device thread of tpu:N while the
-# main thread ends the script: the device thread wants the GIL back after the finalizing started.
+# Background threads' backwards run a Python Function on the device threads of the devices
+# named in argv while the main thread ends the script: each device thread wants the GIL back
+# after the finalizing started.
 _BACKWARD_AT_EXIT = r"""
 import sys, threading, time
 import torch
-device = sys.argv[1]
-started = threading.Event()
+started = {d: threading.Event() for d in sys.argv[1:]}
 class Slow(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         return x * 2
     @staticmethod
     def backward(ctx, g):
-        started.set()
+        started[str(g.device)].set()
         time.sleep(1.0)  # the GIL released: the main thread ends the script meanwhile
         return g * 2
-x = torch.randn(4, device=device, requires_grad=True)
-Slow.apply(x).sum().backward()  # compiles what the background backward runs
-started.clear()
-threading.Thread(target=lambda: Slow.apply(x).sum().backward(), daemon=True).start()
-started.wait()
+for d in started:
+    x = torch.randn(4, device=d, requires_grad=True)
+    Slow.apply(x).sum().backward()  # compiles what the background backward runs
+    started[d].clear()
+    threading.Thread(target=lambda x=x: Slow.apply(x).sum().backward(), daemon=True).start()
+for e in started.values():
+    e.wait()
 print("script ended", flush=True)
 """
 
@@ -57,9 +57,8 @@ def _clean(p: subprocess.CompletedProcess[str]) -> bool:
     return p.returncode == 0 and "Fatal Python error" not in p.stderr and "terminate called" not in p.stderr
 
 
-@pytest.mark.parametrize("device", ["tpu:0", "tpu:1"])
-def test_backward_running_at_exit(device: str) -> None:
-    p = _run(_BACKWARD_AT_EXIT, device)
+def test_backward_running_at_exit_on_two_devices() -> None:
+    p = _run(_BACKWARD_AT_EXIT, "tpu:0", "tpu:1")
     assert "script ended" in p.stdout, p.stderr[-2000:]
     assert _clean(p), f"exit status {p.returncode}: {p.stderr[-2000:]}"
 
