@@ -223,9 +223,9 @@ static tv aa_filter(ir_graph *g, tv x, int taps) {
 #undef SUB
 }
 
-/* The [out, in] weights of one dim, in dtype dd. */
+/* The [out, in] weights of one dim, in the data's dtype ct. */
 static tv aa_weights(ir_graph *g, int taps, bool align_corners, int64_t in, int64_t out,
-                     tv scale, tpuc_dtype ct, tpuc_dtype dd) {
+                     tv scale, tpuc_dtype ct) {
   const tpuc_dtype D = TPUC_F64;
   int64_t dims[2] = {out, in};
   ir_type mt = ir_make_type(ct, 2, dims), m64 = ir_with_dtype(mt, D), mi = ir_with_dtype(mt, TPUC_S64);
@@ -262,7 +262,7 @@ static tv aa_weights(ir_graph *g, int taps, bool align_corners, int64_t in, int6
   tv total = ir_broadcast_in_dim(g, lo_sum(g, w, &one, 1, false), m64, &zero);
   tv nz = ir_compare(g, IR_NE, total, ir_splat(g, m64, 0.0));
   w = ir_select(g, nz, ir_binary(g, IR_DIV, w, ir_select(g, nz, total, ir_splat(g, m64, 1.0))), w);
-  return ir_convert(g, w, dd);
+  return ir_convert(g, w, ct);
 }
 
 /* v with dim `dim` mapped through m ([to, from] when !transposed, applied as
@@ -298,7 +298,7 @@ static tpuc_status *lower_upsample_aa(tpuc_lower_ctx *cx, int taps, bool backwar
   for (int k = 0; k < 2; k++) {
     int dim = backward ? 2 + k : 3 - k; /* forward: width, then height */
     if (in[dim] == out[dim]) continue;  /* the CPU skips a dim of equal sizes */
-    tv m = aa_weights(g, taps, ac, in[dim], out[dim], lx_scalar(cx, a + 1 + (dim - 2), TPUC_F64), ct, ct);
+    tv m = aa_weights(g, taps, ac, in[dim], out[dim], lx_scalar(cx, a + 1 + (dim - 2), TPUC_F64), ct);
     v = aa_apply(g, v, dim, m, backward);
   }
   cx->results[0] = lo_fit(g, v, ot);
