@@ -67,10 +67,11 @@ def _register() -> None:
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _registered = True
-    from . import dynamo, eager, embedding_bag, fused_optim
+    from . import dynamo, eager, embedding_bag, fused_optim, grad_scaler
 
     fused_optim.register()  # Adam(W)(fused=True) on the device, not the CPU
     embedding_bag.register()  # nn.EmbeddingBag (sum, mean) on the device
+    grad_scaler.register()  # torch.amp.GradScaler's unscale and scale update on the device
     from .integrations import accelerate as _accelerate_shim
 
     _accelerate_shim.install()  # device_map="auto" and Accelerator().device find "tpu"
