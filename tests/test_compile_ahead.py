@@ -24,6 +24,17 @@ def _run(code: str, **env: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+_WITHOUT_QUEUE: dict[str, dict] = {}
+
+
+def _run_without_queue(code: str) -> dict:
+    """`code` run with the queue off: the reference each test's parameters (1 and 4 compile
+    threads) compare with, run once per script (the file stays in one worker)."""
+    if code not in _WITHOUT_QUEUE:
+        _WITHOUT_QUEUE[code] = _run(code, TPUC_COMPILE_AHEAD="0")
+    return _WITHOUT_QUEUE[code]
+
+
 _OVERLAP = r"""
 import json, torch
 xs = [torch.randn(n) for n in range(40, 80)]       # 40 shapes: 40 programs never compiled
@@ -129,7 +140,7 @@ def test_training_is_bit_identical_with_and_without_the_queue(threads: str) -> N
     the queue runs the same programs in the same order over the same buffers, so every loss
     and parameter is equal bit for bit to the run without it."""
     on = _run(_TRAIN, TPUC_COMPILE_THREADS=threads)
-    off = _run(_TRAIN, TPUC_COMPILE_AHEAD="0")
+    off = _run_without_queue(_TRAIN)
     assert on["queued"] > 0 and off["queued"] == 0
     assert on["fallbacks"] == off["fallbacks"] == 0
     assert on["losses"] == off["losses"]
@@ -152,7 +163,7 @@ def test_fused_chunks_queue_and_train_bit_identically(threads: str) -> None:
     step give every loss and parameter bit for bit as without the queue, from as many
     programs (the queue changes neither where chunks are cut nor what they compile)."""
     on = _run(_TRAIN_FUSED, TPUC_COMPILE_THREADS=threads)
-    off = _run(_TRAIN_FUSED, TPUC_COMPILE_AHEAD="0")
+    off = _run_without_queue(_TRAIN_FUSED)
     assert on["mode"] == off["mode"] == "fused"
     _assert_same_training(on, off)
 
@@ -207,7 +218,7 @@ def test_compiled_graphs_queue_on_their_first_call_and_train_bit_identically(thr
     (the second call records the same program and finds it compiled); from the third step on
     the graphs replay as without the queue."""
     on = _run(_TRAIN_COMPILED, TPUC_COMPILE_THREADS=threads)
-    off = _run(_TRAIN_COMPILED, TPUC_COMPILE_AHEAD="0")
+    off = _run_without_queue(_TRAIN_COMPILED)
     _assert_same_training(on, off)
     assert on["records"] == 2 * off["records"], (on["records"], off["records"])
     assert on["replays"] > 0 and on["replays"] + on["records"] == off["replays"] + off["records"]
