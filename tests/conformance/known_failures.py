@@ -62,4 +62,8 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     **_each("argsort", ("bfloat16", "float16", "bool"), _TIES),
     **_each("topk", ("bfloat16", "int64", "int32"), _TIES),
     **_each("kthvalue", ("int64", "int32"), _TIES),
+    **_each("matrix_exp", ("bfloat16", "float16"),
+            "the CPU is the wrong side: its kernel returns NaN or inf for every 16-bit sample (also "
+            "exp([[1, 1], [1, 1]]) in float16: [[inf, -inf], [-inf, inf]]); tpu (python/tpuc/matrix_exp.py) "
+            "computes in float32 and rounds once (tests/test_matrix_exp.py checks that value)"),
 }
