@@ -67,7 +67,8 @@ def _register() -> None:
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _registered = True
-    from . import dynamo, eager, embedding_bag, fused_optim, grad_scaler, matrix_exp, quantized_mm, weight_norm
+    from . import (dynamo, eager, embedding_bag, fake_quant, fused_optim, grad_scaler, matrix_exp,
+                   quantized_mm, weight_norm)
 
     fused_optim.register()  # Adam(W)(fused=True) on the device, not the CPU
     embedding_bag.register()  # nn.EmbeddingBag (sum, mean) on the device
@@ -75,6 +76,7 @@ def _register() -> None:
     weight_norm.register()  # nn.utils.weight_norm's fused kernels on the device
     matrix_exp.register()  # torch.linalg.matrix_exp on the device
     quantized_mm.register()  # int8 weight-only quantized matmul on the device
+    fake_quant.register()  # quantization-aware training's fake-quantize kernels on the device
     from .integrations import accelerate as _accelerate_shim
 
     _accelerate_shim.install()  # device_map="auto" and Accelerator().device find "tpu"
