@@ -139,3 +139,24 @@ def test_tensor_and_sequence_parallel() -> None:
 
 def test_fsdp_x_tp_2x2() -> None:
     _check(harness.run(fsdp_tp_worker, 4, STEPS, timeout=400))
+
+
+def ddp_timer_worker(rank: int, world: int, steps: int) -> dict[str, int]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(tc.make_model(0).to("tpu"), device_ids=None)
+    tc.train_loop(model, steps, rank, world)
+    data = model._get_ddp_logging_data()
+    return {k: int(v) for k, v in data.items() if k.startswith("avg_") and k.endswith("_time")}
+
+
+def test_ddp_times_its_iterations_without_a_warning(capfd: Any) -> None:
+    """DDP's reducer times each iteration with the device type's registered timer
+    (csrc/torch/ddp_timer.cpp); without one it printed "Time stats are currently only collected
+    for CPU and CUDA devices" on every rank and logged no times."""
+    per_rank = harness.run(ddp_timer_worker, 2, 3, timeout=240, backend="device_id")
+    err = capfd.readouterr().err
+    assert "Time stats are currently only collected" not in err
+    for times in per_rank:
+        assert times.get("avg_forward_compute_time", 0) > 0, times
+        assert times.get("avg_backward_compute_time", 0) > 0, times
