@@ -34,6 +34,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _aten_impl
+
 _lib: Optional[torch.library.Library] = None
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -205,10 +207,10 @@ def register() -> None:
     global _lib
     if _lib is not None or os.environ.get("TPUC_FAKE_QUANT_KERNELS") == "0":
         return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("fake_quantize_per_tensor_affine_cachemask", per_tensor_cachemask, "PrivateUse1")
-    lib.impl("_fake_quantize_per_tensor_affine_cachemask_tensor_qparams",
-             per_tensor_cachemask_tensor_qparams, "PrivateUse1")
-    lib.impl("fake_quantize_per_channel_affine_cachemask", per_channel_cachemask, "PrivateUse1")
-    lib.impl("_fused_moving_avg_obs_fq_helper", fused_moving_avg_obs_fq_helper, "PrivateUse1")
-    _lib = lib
+    _lib = _aten_impl.register({
+        "fake_quantize_per_tensor_affine_cachemask": per_tensor_cachemask,
+        "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams":
+            per_tensor_cachemask_tensor_qparams,
+        "fake_quantize_per_channel_affine_cachemask": per_channel_cachemask,
+        "_fused_moving_avg_obs_fq_helper": fused_moving_avg_obs_fq_helper,
+    })

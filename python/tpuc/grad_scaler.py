@@ -23,6 +23,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _aten_impl
+
 from .fused_optim import _one_program
 
 _lib: Optional[torch.library.Library] = None
@@ -101,7 +103,5 @@ def register() -> None:
     global _lib
     if _lib is not None or os.environ.get("TPUC_AMP_KERNELS") == "0":
         return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_amp_foreach_non_finite_check_and_unscale_", unscale_, "PrivateUse1")
-    lib.impl("_amp_update_scale_", update_scale_, "PrivateUse1")
-    _lib = lib
+    _lib = _aten_impl.register({"_amp_foreach_non_finite_check_and_unscale_": unscale_,
+                                "_amp_update_scale_": update_scale_})

@@ -27,6 +27,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _aten_impl
+
 _lib: Optional[torch.library.Library] = None
 
 DEGREE = 19
@@ -91,6 +93,4 @@ def register() -> None:
     global _lib
     if _lib is not None or os.environ.get("TPUC_MATRIX_EXP_KERNEL") == "0":
         return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("linalg_matrix_exp", matrix_exp, "PrivateUse1")
-    _lib = lib
+    _lib = _aten_impl.register({"linalg_matrix_exp": matrix_exp})

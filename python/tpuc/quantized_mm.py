@@ -18,6 +18,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _aten_impl
+
 _lib: Optional[torch.library.Library] = None
 _OP = "_weight_int8pack_mm"
 
@@ -51,6 +53,4 @@ def register() -> None:
     global _lib
     if _lib is not None or os.environ.get("TPUC_INT8_MM_KERNEL") == "0":
         return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl(_OP, int8pack_mm, "PrivateUse1")
-    _lib = lib
+    _lib = _aten_impl.register({_OP: int8pack_mm})

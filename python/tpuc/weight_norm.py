@@ -22,6 +22,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _aten_impl
+
 _lib: Optional[torch.library.Library] = None
 
 
@@ -71,7 +73,5 @@ def register() -> None:
     global _lib
     if _lib is not None or os.environ.get("TPUC_WEIGHT_NORM_KERNELS") == "0":
         return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_weight_norm_interface", forward, "PrivateUse1")
-    lib.impl("_weight_norm_interface_backward", backward, "PrivateUse1")
-    _lib = lib
+    _lib = _aten_impl.register({"_weight_norm_interface": forward,
+                                "_weight_norm_interface_backward": backward})
