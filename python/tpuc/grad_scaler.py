@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 
 from . import _aten_impl
-
 from .fused_optim import _one_program
 
 _lib: Optional[torch.library.Library] = None
