@@ -6,14 +6,11 @@ trains bit for bit the same."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tpu_testing import fallback_counts, new_fallbacks
+from tpu_testing import fallback_counts, new_fallbacks, run_with_kernels_off
 
 A = torch.ops.aten
 MODES = ("strict", "fused")
@@ -180,24 +177,12 @@ def test_qat_runs_on_the_device_as_on_the_cpu(mode: str) -> None:
 def test_the_switch_gives_the_fallback_and_the_same_bits(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_FAKE_QUANT_KERNELS=0 runs the fake quantization through the CPU fallback; everything
     else runs on the device in both runs, so the runs must agree bit for bit."""
-    code = (
-        "import sys, torch; sys.path.insert(0, 'tests');"
-        "import test_fake_quant as t;"
-        "out = t._qat('tpu');"
-        "print(sum(v for k, v in torch.tpu.stats()['fallbacks'].items() if k in t.OPS));"
-        "torch.save(out, sys.argv[1])"
-    )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    outs = []
-    for flag in ("1", "0"):
-        path = str(tmp_path / f"out-{flag}.pt")
-        env = dict(os.environ, TPUC_FAKE_QUANT_KERNELS=flag, TPUC_FALLBACK="silent")
-        r = subprocess.run([sys.executable, "-c", code, path], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=240)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs.append((int(r.stdout.split()[-1]), torch.load(path)))
-    (on_fallbacks, on), (off_fallbacks, off) = outs
-    assert on_fallbacks == 0 and off_fallbacks > 0
-    assert len(on) == len(off)
-    for a, b in zip(on, off):
+    before = fallback_counts()
+    on = _qat('tpu')
+    assert not [k for k in new_fallbacks(before) if k in OPS]
+    off_fallbacks, off = run_with_kernels_off("TPUC_FAKE_QUANT_KERNELS", "test_fake_quant",
+                                              "_qat('tpu')", OPS, str(tmp_path))
+    assert off_fallbacks > 0
+    assert len(on) == len(off)  # type: ignore[arg-type]
+    for a, b in zip(on, off):  # type: ignore[call-overload]
         assert torch.equal(a, b)

@@ -5,14 +5,11 @@ CPU. The switch TPUC_AMP_KERNELS=0 (the CPU fallback) gives the same bits."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tpu_testing import fallback_counts, new_fallbacks
+from tpu_testing import fallback_counts, new_fallbacks, run_with_kernels_off
 
 AMP_OPS = ("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_")
 MODES = ("strict", "fused")
@@ -179,23 +176,12 @@ def test_float16_autocast_with_a_grad_scaler_runs_on_the_device() -> None:
 def test_the_switch_gives_the_fallback_and_the_same_bits(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_AMP_KERNELS=0 leaves both ops to the CPU fallback: the same training run's
     parameters then equal the device kernels' bit for bit."""
-    code = (
-        "import sys, torch; sys.path.insert(0, 'tests');"
-        "import test_grad_scaler as t;"
-        "s, l, p = t._train('tpu', 'strict', False);"
-        "print(sum(torch.tpu.stats()['fallbacks'].get(k, 0) for k in t.AMP_OPS));"
-        "torch.save(p, sys.argv[1])"
-    )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    outs = []
-    for flag in ("1", "0"):
-        tmp = str(tmp_path / f"params-{flag}.pt")
-        env = dict(os.environ, TPUC_AMP_KERNELS=flag, TPUC_FALLBACK="silent")
-        r = subprocess.run([sys.executable, "-c", code, tmp], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=240)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs.append((int(r.stdout.split()[-1]), torch.load(tmp)))
-    (on_fallbacks, on), (off_fallbacks, off) = outs
-    assert on_fallbacks == 0 and off_fallbacks > 0
-    for a, b in zip(on, off):
+    before = fallback_counts()
+    on = _train("tpu", "strict", False)[2]
+    assert not [k for k in new_fallbacks(before) if k in AMP_OPS]
+    off_fallbacks, off = run_with_kernels_off("TPUC_AMP_KERNELS", "test_grad_scaler",
+                                              "_train('tpu', 'strict', False)[2]", AMP_OPS,
+                                              str(tmp_path))
+    assert off_fallbacks > 0
+    for a, b in zip(on, off):  # type: ignore[call-overload]
         assert torch.equal(a, b)

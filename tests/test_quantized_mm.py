@@ -4,14 +4,11 @@ int8 weight-only quantized linear layer serving as on the CPU, and no CPU fallba
 TPUC_INT8_MM_KERNEL=0 (the fallback) gives the same values."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
-from tpu_testing import assert_as_accurate, fallback_counts, new_fallbacks
+from tpu_testing import (assert_as_accurate, fallback_counts, new_fallbacks,
+                         run_with_kernels_off)
 
 OP = "aten::_weight_int8pack_mm"
 
@@ -113,23 +110,11 @@ def test_an_int8_quantized_mlp_serves_as_on_the_cpu() -> None:
 def test_the_switch_gives_the_fallback_and_the_same_values(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_INT8_MM_KERNEL=0: the CPU kernel on host copies; float32 products of the same
     inputs agree within the float32 reordering error of a 128-term sum."""
-    code = (
-        "import sys, torch; sys.path.insert(0, 'tests');"
-        "import test_quantized_mm as t;"
-        "out = t._serve('tpu', torch.float32);"
-        "print(torch.tpu.stats()['fallbacks'].get(t.OP, 0));"
-        "torch.save(out, sys.argv[1])"
-    )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    outs = []
-    for flag in ("1", "0"):
-        path = str(tmp_path / f"out-{flag}.pt")
-        env = dict(os.environ, TPUC_INT8_MM_KERNEL=flag, TPUC_FALLBACK="silent")
-        r = subprocess.run([sys.executable, "-c", code, path], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=240)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs.append((int(r.stdout.split()[-1]), torch.load(path)))
-    (on_fallbacks, on), (off_fallbacks, off) = outs
-    assert on_fallbacks == 0 and off_fallbacks > 0
-    bound = 128 * torch.finfo(torch.float32).eps * off.abs().max().item()
+    before = fallback_counts()
+    on = _serve('tpu', torch.float32)
+    assert not [k for k in new_fallbacks(before) if k in (OP,)]
+    off_fallbacks, off = run_with_kernels_off("TPUC_INT8_MM_KERNEL", "test_quantized_mm",
+                                              "_serve('tpu', torch.float32)", (OP,), str(tmp_path))
+    assert off_fallbacks > 0
+    bound = 128 * torch.finfo(torch.float32).eps * off.abs().max().item()  # type: ignore[attr-defined]
     assert (on - off).abs().max().item() <= bound

@@ -5,14 +5,11 @@ normalized layers train as on the CPU step for step, a double backward works, an
 back to the CPU. TPUC_WEIGHT_NORM_KERNELS=0 (the CPU fallback) trains to the same values."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
-from tpu_testing import assert_as_accurate, fallback_counts, new_fallbacks
+from tpu_testing import (assert_as_accurate, fallback_counts, new_fallbacks,
+                         run_with_kernels_off)
 
 # the old hook API is a user's code we run as it is, deprecation and all
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated")
@@ -130,23 +127,11 @@ def test_double_backward_through_weight_norm() -> None:
 def test_the_switch_gives_the_fallback_and_the_same_training(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_WEIGHT_NORM_KERNELS=0 leaves both ops to the CPU fallback; the run trains to the
     same values (float64; the two sum in different orders, so within 1e-12, not bit for bit)."""
-    code = (
-        "import sys, torch; sys.path.insert(0, 'tests');"
-        "import test_weight_norm as t;"
-        "out = t._train('tpu');"
-        "print(sum(torch.tpu.stats()['fallbacks'].get(k, 0) for k in t.OPS));"
-        "torch.save(out, sys.argv[1])"
-    )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    outs = []
-    for flag in ("1", "0"):
-        path = str(tmp_path / f"out-{flag}.pt")
-        env = dict(os.environ, TPUC_WEIGHT_NORM_KERNELS=flag, TPUC_FALLBACK="silent")
-        r = subprocess.run([sys.executable, "-c", code, path], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=240)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outs.append((int(r.stdout.split()[-1]), torch.load(path)))
-    (on_fallbacks, on), (off_fallbacks, off) = outs
-    assert on_fallbacks == 0 and off_fallbacks > 0
-    for a, b in zip(on, off):
+    before = fallback_counts()
+    on = _train('tpu')
+    assert not [k for k in new_fallbacks(before) if k in OPS]
+    off_fallbacks, off = run_with_kernels_off("TPUC_WEIGHT_NORM_KERNELS", "test_weight_norm",
+                                              "_train('tpu')", OPS, str(tmp_path))
+    assert off_fallbacks > 0
+    for a, b in zip(on, off):  # type: ignore[call-overload]
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)

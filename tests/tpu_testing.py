@@ -114,3 +114,26 @@ def assert_trains_as_on_the_cpu(make: Callable[[], torch.nn.Module],
             for (name, pc), pt in zip(models["cpu"].named_parameters(), models["tpu"].parameters()):
                 torch.testing.assert_close(pt.detach().cpu(), pc.detach(),
                                            msg=lambda m, n=name, s=step: f"step {s} {n}: {m}")
+
+
+def run_with_kernels_off(switch: str, module: str, expr: str, ops: tuple[str, ...],
+                         out_dir: str) -> tuple[int, object]:
+    """`module.expr` evaluated in a fresh process with the environment variable `switch` set to 0
+    (a composed kernel's switch back to the CPU fallback, read when tpuc registers the device):
+    (the calls of `ops` that fell back, the value). The differential test of a kernel compares
+    it with the same expression run here, with the kernels on."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(out_dir, f"{switch}-off.pt")
+    code = ("import sys, torch; sys.path.insert(0, 'tests');"
+            f"import {module} as t; out = t.{expr};"
+            f"print(sum(torch.tpu.stats()['fallbacks'].get(k, 0) for k in {ops!r}));"
+            "torch.save(out, sys.argv[1])")
+    env = dict(os.environ, TPUC_FALLBACK="silent", **{switch: "0"})
+    r = subprocess.run([sys.executable, "-c", code, path], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return int(r.stdout.split()[-1]), torch.load(path)
