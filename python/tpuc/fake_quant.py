@@ -115,7 +115,8 @@ def per_channel_cachemask(x: Tensor, scale: Tensor, zero_point: Tensor, axis: in
     if scale.dtype not in (torch.float32, torch.bfloat16):
         raise RuntimeError(f"Scale must be Float or BFloat16, found {_name(scale.dtype)}")
     if zero_point.dtype not in (torch.int32, torch.float32, torch.float16):
-        raise RuntimeError(f"Zero-point must be Int32, Float or Half, found {_name(zero_point.dtype)}")
+        raise RuntimeError("Zero-point must be Int32, Float or Half, found "
+                           f"{_name(zero_point.dtype)}")
     if scale.dim() != 1:
         raise RuntimeError("scale should be a 1-D tensor")
     if zero_point.dim() != 1:
@@ -126,7 +127,8 @@ def per_channel_cachemask(x: Tensor, scale: Tensor, zero_point: Tensor, axis: in
         raise IndexError(f"Dimension out of range (expected to be in range of [{-x.dim()}, "
                          f"{x.dim() - 1}], but got {axis})")
     if scale.numel() != x.shape[axis]:
-        raise RuntimeError("dimensions of scale and zero-point are not consistent with input tensor")
+        raise RuntimeError("dimensions of scale and zero-point are not consistent with input "
+                           "tensor")
     if axis < 0:
         raise RuntimeError("`axis` must be between 0 and number of dimensions of input")
     _check_range(quant_min, quant_max)
@@ -197,8 +199,8 @@ def fused_moving_avg_obs_fq_helper(x: Tensor, observer_on: Tensor, fake_quant_on
         return x.clone(), torch.ones_like(x, dtype=torch.bool)
     if per_row_fake_quant:
         return per_channel_cachemask(x, scale, zero_point, ch_axis, quant_min, quant_max)
-    return per_tensor_cachemask_tensor_qparams(x, scale, zero_point, torch.ones((), device=x.device),
-                                               quant_min, quant_max)
+    enabled = torch.ones((), device=x.device)
+    return per_tensor_cachemask_tensor_qparams(x, scale, zero_point, enabled, quant_min, quant_max)
 
 
 def register() -> None:

@@ -6,10 +6,10 @@ power keeping the 1-norm of A / 2^s within a bound theta; the degree-19 Taylor p
 matrix is evaluated with the Paterson-Stockmeyer scheme (X^2, X^3, X^4, then Horner's rule in
 X^4: 7 products), and squared s times. theta is chosen so that the series' remainder, in norm
 at most theta^20 e^theta / 20!, stays below the unit roundoff: 1.2 for float64 and complex128
-(5.2e-17 against 1.1e-16), 3.0 for float32 and complex64 (2.9e-8 against 6.0e-8). PyTorch's CPU kernel picks its
-polynomial's degree from the same norm (a Taylor approximation optimised by Bader, Blanes and
-Casas); both are accurate to a few units of roundoff times the squarings' growth, so the two
-agree to the conformance tolerances, not bit for bit.
+(5.2e-17 against 1.1e-16), 3.0 for float32 and complex64 (2.9e-8 against 6.0e-8). PyTorch's
+CPU kernel picks its polynomial's degree from the same norm (a Taylor approximation optimised
+by Bader, Blanes and Casas); both are accurate to a few units of roundoff times the squarings'
+growth, so the two agree to the conformance tolerances, not bit for bit.
 
 s is read on the host, one read per call, as PyTorch's CUDA kernel reads its norms; a batch
 squares each matrix its own number of times. A matrix with an inf or a NaN gives NaN
