@@ -159,3 +159,54 @@ def test_safetensors_loaded_weights_run_on_device(tmp_path) -> None:
     assert dict(torch.tpu.stats()["fallbacks"]) == before
     assert torch.equal(y, (w * 2 + 1).sum(0))
     assert torch.equal(sd["b"].cpu(), torch.arange(4))
+
+
+def _fp16_loop(accelerated: bool) -> list[torch.Tensor]:
+    """Four float16 mixed-precision steps with loss scaling, through accelerate or written out
+    as a CUDA script writes them with "tpu" for "cuda"."""
+    import accelerate
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    if accelerated:
+        acc = accelerate.Accelerator(mixed_precision="fp16")
+        assert acc.device.type == "tpu" and acc.mixed_precision == "fp16"
+        assert isinstance(acc.scaler, torch.amp.GradScaler) and acc.scaler._device == "tpu"
+        model, opt = acc.prepare(model, opt)
+    else:
+        model = model.to("tpu")
+        scaler = torch.amp.GradScaler("tpu")
+    x = x.to("tpu")
+    out = []
+    for _ in range(4):
+        opt.zero_grad()
+        if accelerated:
+            y = model(x)  # float16 under autocast, returned as float32 (accelerate's default)
+            acc.backward(y.float().pow(2).mean())
+            opt.step()
+        else:
+            with torch.autocast("tpu", dtype=torch.float16):
+                y = model(x)
+            scaler.scale(y.float().pow(2).mean()).backward()
+            scaler.step(opt)
+            scaler.update()
+        out.append(y.detach().float().cpu())  # float16 values: a float32 forward differs
+    return out + [p.detach().cpu() for p in model.parameters()]
+
+
+def test_accelerate_fp16_is_autocast_and_grad_scaler_on_tpu() -> None:
+    """accelerate 1.15 refused mixed_precision="fp16" (the Trainer's fp16=True) for any device
+    outside its list; tpuc's shim sets it up as for CUDA: the accelerated loop equals the loop
+    written with torch.autocast and torch.amp.GradScaler bit for bit, on the device."""
+    _reset_accelerate()
+    before = dict(torch.tpu.stats()["fallbacks"])
+    try:
+        got = _fp16_loop(True)
+    finally:
+        _reset_accelerate()
+    want = _fp16_loop(False)
+    assert dict(torch.tpu.stats()["fallbacks"]) == before
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

@@ -37,6 +37,14 @@ module is imported, through tpuc.integrations._hooks):
    `accelerate launch --multi_gpu --num_processes N` (or torchrun): without
    --multi_gpu, accelerate 1.15's launcher counts only CUDA-like devices and
    starts one process.
+4. float16 mixed precision (1.15): `Accelerator(mixed_precision="fp16")` - what the
+   transformers Trainer asks for with `fp16=True` - raises "fp16 mixed precision requires a
+   device in ('xpu', 'cuda', ...) (not 'tpu')": the list of devices is a literal in
+   `Accelerator.__init__`. Wrapped: on "tpu" (not with `cpu=True`) a float16 request is set up as
+   bfloat16 (whose checks pass for any device), then turned into float16: the state's mixed
+   precision, native AMP and a `torch.amp.GradScaler("tpu")` (with the GradScalerKwargs given;
+   FSDP2's scaler for an FSDP2 plugin), as accelerate sets them up for CUDA. Its autocast then
+   is `torch.autocast("tpu", dtype=torch.float16)`.
 """
 from __future__ import annotations
 
@@ -211,7 +219,48 @@ def _patch_multiprocess(mod: ModuleType) -> None:
     cls.set_device = set_device
 
 
+def _wants_fp16(kwargs: dict[str, Any]) -> bool:
+    import os
+
+    asked = kwargs.get("mixed_precision")
+    if asked is None:
+        asked = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    return str(getattr(asked, "value", asked)).lower() == "fp16"
+
+
+def _patch_accelerator(mod: ModuleType) -> None:
+    cls = getattr(mod, "Accelerator", None)
+    init = getattr(cls, "__init__", None)
+    if init is None or getattr(init, _PATCHED, False):
+        return
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs.get("cpu") or not _wants_fp16(kwargs) or not _tpu_available():
+            init(self, *args, **kwargs)
+            return
+        init(self, **dict(kwargs, mixed_precision="bf16"))
+        if self.device.type != "tpu":  # another device was chosen after all: as asked
+            raise ValueError(f"fp16 mixed precision: the device is {self.device.type!r}, not tpu")
+        import torch
+
+        self.state._mixed_precision = "fp16"
+        self.native_amp = True
+        scaler_kwargs = self.scaler_handler.to_kwargs() if self.scaler_handler is not None else {}
+        fsdp2 = getattr(self, "is_fsdp2", False)
+        get_fsdp2 = getattr(sys.modules.get("accelerate.utils.modeling"), "get_fsdp2_grad_scaler",
+                            None) or getattr(mod, "get_fsdp2_grad_scaler", None)
+        if fsdp2 and get_fsdp2 is not None:
+            self.scaler = get_fsdp2(device="tpu", **scaler_kwargs)
+        else:
+            self.scaler = torch.amp.GradScaler("tpu", **scaler_kwargs)
+
+    setattr(__init__, _PATCHED, True)
+    cls.__init__ = __init__
+
+
 def install() -> None:
     _hooks.on_import("accelerate.utils.modeling", _patch_modeling)
     _hooks.on_import("accelerate.state", _patch_state)
     _hooks.on_import("accelerate.state", _patch_multiprocess)
+    _hooks.on_import("accelerate.accelerator", _patch_accelerator)
