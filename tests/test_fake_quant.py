@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from tpu_testing import fallback_counts, new_fallbacks, run_with_kernels_off
+from tpu_testing import fallback_counts, kernels_on_and_off, new_fallbacks
 
 A = torch.ops.aten
 MODES = ("strict", "fused")
@@ -177,12 +177,8 @@ def test_qat_runs_on_the_device_as_on_the_cpu(mode: str) -> None:
 def test_the_switch_gives_the_fallback_and_the_same_bits(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_FAKE_QUANT_KERNELS=0 runs the fake quantization through the CPU fallback; everything
     else runs on the device in both runs, so the runs must agree bit for bit."""
-    before = fallback_counts()
-    on = _qat('tpu')
-    assert not [k for k in new_fallbacks(before) if k in OPS]
-    off_fallbacks, off = run_with_kernels_off("TPUC_FAKE_QUANT_KERNELS", "test_fake_quant",
-                                              "_qat('tpu')", OPS, str(tmp_path))
-    assert off_fallbacks > 0
+    on, off = kernels_on_and_off("TPUC_FAKE_QUANT_KERNELS", "test_fake_quant", "_qat('tpu')",
+                                 OPS, str(tmp_path), globals())
     assert len(on) == len(off)  # type: ignore[arg-type]
     for a, b in zip(on, off):  # type: ignore[call-overload]
         assert torch.equal(a, b)

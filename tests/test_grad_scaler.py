@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from tpu_testing import fallback_counts, new_fallbacks, run_with_kernels_off
+from tpu_testing import fallback_counts, kernels_on_and_off, new_fallbacks
 
 AMP_OPS = ("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_")
 MODES = ("strict", "fused")
@@ -176,12 +176,8 @@ def test_float16_autocast_with_a_grad_scaler_runs_on_the_device() -> None:
 def test_the_switch_gives_the_fallback_and_the_same_bits(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_AMP_KERNELS=0 leaves both ops to the CPU fallback: the same training run's
     parameters then equal the device kernels' bit for bit."""
-    before = fallback_counts()
-    on = _train("tpu", "strict", False)[2]
-    assert not [k for k in new_fallbacks(before) if k in AMP_OPS]
-    off_fallbacks, off = run_with_kernels_off("TPUC_AMP_KERNELS", "test_grad_scaler",
-                                              "_train('tpu', 'strict', False)[2]", AMP_OPS,
-                                              str(tmp_path))
-    assert off_fallbacks > 0
+    on, off = kernels_on_and_off("TPUC_AMP_KERNELS", "test_grad_scaler",
+                                 "_train('tpu', 'strict', False)[2]", AMP_OPS, str(tmp_path),
+                                 globals())
     for a, b in zip(on, off):  # type: ignore[call-overload]
         assert torch.equal(a, b)

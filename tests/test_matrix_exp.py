@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from tpu_testing import (assert_as_accurate, fallback_counts, new_fallbacks,
-                         run_with_kernels_off)
+from tpu_testing import (assert_as_accurate, assert_runs_as_on_the_cpu, fallback_counts,
+                         kernels_on_and_off, new_fallbacks)
 
 MODES = ("strict", "fused")
 OP = "aten::linalg_matrix_exp"
@@ -128,22 +128,13 @@ def _train(device: str, steps: int = 5) -> list[torch.Tensor]:
 def test_orthogonal_parametrization_trains_as_on_the_cpu(mode: str) -> None:
     """float64 on both sides (1e-10 relative: a wrong exponential or gradient is off by the
     learning rate's order, 5e-2)."""
-    before = fallback_counts()
-    with torch.tpu.eager_mode(mode):
-        got = _train("tpu")
-    assert not new_fallbacks(before)
-    for a, b in zip(got, _train("cpu")):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert_runs_as_on_the_cpu(_train, mode, rtol=1e-10, atol=1e-12)
 
 
 def test_the_switch_gives_the_fallback_and_the_same_training(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_MATRIX_EXP_KERNEL=0 puts the exponential on the CPU fallback (another polynomial):
     the float64 run trains to the same values within 1e-10."""
-    before = fallback_counts()
-    on = _train('tpu')
-    assert not [k for k in new_fallbacks(before) if k in (OP,)]
-    off_fallbacks, off = run_with_kernels_off("TPUC_MATRIX_EXP_KERNEL", "test_matrix_exp",
-                                              "_train('tpu')", (OP,), str(tmp_path))
-    assert off_fallbacks > 0
+    on, off = kernels_on_and_off("TPUC_MATRIX_EXP_KERNEL", "test_matrix_exp", "_train('tpu')",
+                                 (OP,), str(tmp_path), globals())
     for a, b in zip(on, off):  # type: ignore[call-overload]
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

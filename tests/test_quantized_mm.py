@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tpu_testing import (assert_as_accurate, fallback_counts, new_fallbacks,
-                         run_with_kernels_off)
+from tpu_testing import (assert_as_accurate, fallback_counts, kernels_on_and_off,
+                         new_fallbacks)
 
 OP = "aten::_weight_int8pack_mm"
 
@@ -110,11 +110,7 @@ def test_an_int8_quantized_mlp_serves_as_on_the_cpu() -> None:
 def test_the_switch_gives_the_fallback_and_the_same_values(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_INT8_MM_KERNEL=0: the CPU kernel on host copies; float32 products of the same
     inputs agree within the float32 reordering error of a 128-term sum."""
-    before = fallback_counts()
-    on = _serve('tpu', torch.float32)
-    assert not [k for k in new_fallbacks(before) if k in (OP,)]
-    off_fallbacks, off = run_with_kernels_off("TPUC_INT8_MM_KERNEL", "test_quantized_mm",
-                                              "_serve('tpu', torch.float32)", (OP,), str(tmp_path))
-    assert off_fallbacks > 0
+    on, off = kernels_on_and_off("TPUC_INT8_MM_KERNEL", "test_quantized_mm",
+                                 "_serve('tpu', torch.float32)", (OP,), str(tmp_path), globals())
     bound = 128 * torch.finfo(torch.float32).eps * off.abs().max().item()  # type: ignore[attr-defined]
     assert (on - off).abs().max().item() <= bound

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tpu_testing import (assert_as_accurate, fallback_counts, new_fallbacks,
-                         run_with_kernels_off)
+from tpu_testing import (assert_as_accurate, assert_runs_as_on_the_cpu, fallback_counts,
+                         kernels_on_and_off, new_fallbacks)
 
 # the old hook API is a user's code we run as it is, deprecation and all
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated")
@@ -98,12 +98,7 @@ def _train(device: str, steps: int = 5) -> list[torch.Tensor]:
 def test_weight_normalized_layers_train_as_on_the_cpu(mode: str) -> None:
     """float64 on both sides: 1e-10 relative; a stale g or v (a wrong gradient) is off by
     the learning rate's order (2e-2)."""
-    before = fallback_counts()
-    with torch.tpu.eager_mode(mode):
-        got = _train("tpu")
-    assert not new_fallbacks(before)
-    for a, b in zip(got, _train("cpu")):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert_runs_as_on_the_cpu(_train, mode, rtol=1e-10, atol=1e-12)
 
 
 def test_double_backward_through_weight_norm() -> None:
@@ -127,11 +122,7 @@ def test_double_backward_through_weight_norm() -> None:
 def test_the_switch_gives_the_fallback_and_the_same_training(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """TPUC_WEIGHT_NORM_KERNELS=0 leaves both ops to the CPU fallback; the run trains to the
     same values (float64; the two sum in different orders, so within 1e-12, not bit for bit)."""
-    before = fallback_counts()
-    on = _train('tpu')
-    assert not [k for k in new_fallbacks(before) if k in OPS]
-    off_fallbacks, off = run_with_kernels_off("TPUC_WEIGHT_NORM_KERNELS", "test_weight_norm",
-                                              "_train('tpu')", OPS, str(tmp_path))
-    assert off_fallbacks > 0
+    on, off = kernels_on_and_off("TPUC_WEIGHT_NORM_KERNELS", "test_weight_norm", "_train('tpu')",
+                                 OPS, str(tmp_path), globals())
     for a, b in zip(on, off):  # type: ignore[call-overload]
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)

@@ -137,3 +137,28 @@ def run_with_kernels_off(switch: str, module: str, expr: str, ops: tuple[str, ..
                        capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
     return int(r.stdout.split()[-1]), torch.load(path)
+
+
+def kernels_on_and_off(switch: str, module: str, expr: str, ops: tuple[str, ...], out_dir: str,
+                       namespace: dict[str, object]) -> tuple[object, object]:
+    """A composed kernel's differential test across its switch: `expr` evaluated here (in the test
+    module's `namespace`; none of `ops` may fall back) and in a fresh process with `switch`=0
+    (run_with_kernels_off; some of `ops` must fall back). Returns (on, off) to compare."""
+    before = fallback_counts()
+    on = eval(expr, namespace)  # noqa: S307 - the test's own expression
+    assert not [k for k in new_fallbacks(before) if k in ops]
+    off_fallbacks, off = run_with_kernels_off(switch, module, expr, ops, out_dir)
+    assert off_fallbacks > 0
+    return on, off
+
+
+def assert_runs_as_on_the_cpu(run: Callable[[str], list[torch.Tensor]], mode: str,
+                              rtol: float, atol: float) -> None:
+    """`run(device)` on "tpu" in eager mode `mode` with nothing on the CPU fallback, then on the
+    CPU: every tensor it returns (CPU tensors) within rtol/atol of the CPU's."""
+    before = fallback_counts()
+    with torch.tpu.eager_mode(mode):
+        got = run("tpu")
+    assert not new_fallbacks(before)
+    for a, b in zip(got, run("cpu")):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol)

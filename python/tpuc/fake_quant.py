@@ -28,7 +28,6 @@ host). Registered when tpuc registers the device (python/tpuc/__init__.py);
 from __future__ import annotations
 
 import os
-import struct
 from typing import Optional
 
 import torch
@@ -38,11 +37,6 @@ from . import _aten_impl
 
 _lib: Optional[torch.library.Library] = None
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-def _f32(v: float) -> float:
-    """v rounded to float32 (as the CPU kernel's float parameters are)."""
-    return struct.unpack("f", struct.pack("f", v))[0]
 
 
 def _f32_reciprocal(v: float) -> float:
@@ -82,7 +76,7 @@ def _check_range(qmin: int, qmax: int) -> None:
 def _check_input(x: Tensor, name: str) -> None:
     if x.dtype not in _FLOATS:
         raise NotImplementedError(f'"{name}" not implemented for '
-                                  f"'{str(x.dtype).removeprefix('torch.').capitalize()}'")
+                                  f"'{_aten_impl.scalar_type_name(x.dtype)}'")
 
 
 def per_tensor_cachemask(x: Tensor, scale: float, zero_point: int, quant_min: int,
@@ -91,7 +85,7 @@ def per_tensor_cachemask(x: Tensor, scale: float, zero_point: int, quant_min: in
     if not quant_min <= zero_point <= quant_max:
         raise RuntimeError("`zero_point` must be between `quant_min` and `quant_max`.")
     _check_input(x, "fake_quantize_tensor_cachemask_kernel_type_handling")
-    sc = _f32(scale)
+    sc = _aten_impl.to_float32(scale)
     return _per_tensor(x, _f32_reciprocal(sc), sc, zero_point, quant_min, quant_max)
 
 
@@ -113,10 +107,11 @@ def per_tensor_cachemask_tensor_qparams(x: Tensor, scale: Tensor, zero_point: Te
 def per_channel_cachemask(x: Tensor, scale: Tensor, zero_point: Tensor, axis: int,
                           quant_min: int, quant_max: int) -> tuple[Tensor, Tensor]:
     if scale.dtype not in (torch.float32, torch.bfloat16):
-        raise RuntimeError(f"Scale must be Float or BFloat16, found {_name(scale.dtype)}")
+        raise RuntimeError("Scale must be Float or BFloat16, found "
+                           f"{_aten_impl.scalar_type_name(scale.dtype)}")
     if zero_point.dtype not in (torch.int32, torch.float32, torch.float16):
         raise RuntimeError("Zero-point must be Int32, Float or Half, found "
-                           f"{_name(zero_point.dtype)}")
+                           f"{_aten_impl.scalar_type_name(zero_point.dtype)}")
     if scale.dim() != 1:
         raise RuntimeError("scale should be a 1-D tensor")
     if zero_point.dim() != 1:
@@ -159,17 +154,13 @@ def per_channel_cachemask(x: Tensor, scale: Tensor, zero_point: Tensor, axis: in
     return out.to(x.dtype), mask
 
 
-def _name(dtype: torch.dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16",
-            torch.float16: "Half", torch.int64: "Long", torch.int32: "Int"}.get(dtype, str(dtype))
-
-
 def fused_moving_avg_obs_fq_helper(x: Tensor, observer_on: Tensor, fake_quant_on: Tensor,
                                    running_min: Tensor, running_max: Tensor, scale: Tensor,
                                    zero_point: Tensor, averaging_const: float, quant_min: int,
                                    quant_max: int, ch_axis: int, per_row_fake_quant: bool = False,
                                    symmetric_quant: bool = False) -> tuple[Tensor, Tensor]:
-    observe = int(observer_on.item())
+    flags = (observer_on.cpu(), fake_quant_on.cpu())  # the CPU kernel reads both on the host too
+    observe = int(flags[0].item())
     if per_row_fake_quant:
         y = x
         if x.dim() != 2:
@@ -188,14 +179,14 @@ def fused_moving_avg_obs_fq_helper(x: Tensor, observer_on: Tensor, fake_quant_on
     # PyTorch's CPU kernel over those numbers: the same running statistics and parameters
     host = [t.cpu() for t in (running_min, running_max, scale, zero_point)]
     torch.ops.aten._fused_moving_avg_obs_fq_helper(
-        few.float().cpu(), observer_on.cpu(), fake_quant_on.cpu(), *host, averaging_const,
+        few.float().cpu(), *flags, *host, averaging_const,
         quant_min, quant_max, 0 if per_row_fake_quant else ch_axis, per_row_fake_quant,
         symmetric_quant)
     for dst, src in zip((running_min, running_max, scale, zero_point), host):
         if dst.shape != src.shape:
             dst.resize_(src.shape)
         dst.copy_(src)
-    if not int(fake_quant_on.item()):
+    if not int(flags[1].item()):
         return x.clone(), torch.ones_like(x, dtype=torch.bool)
     if per_row_fake_quant:
         return per_channel_cachemask(x, scale, zero_point, ch_axis, quant_min, quant_max)

@@ -60,11 +60,8 @@ def matrix_exp(a: Tensor) -> Tensor:
         raise RuntimeError("linalg.matrix_exp: A must be batches of square matrices, but they are "
                            f"{a.shape[-2]} by {a.shape[-1]} matrices")
     if not (a.is_floating_point() or a.is_complex()):
-        name = str(a.dtype).removeprefix("torch.").capitalize()
-        name = {"Int64": "Long", "Int32": "Int", "Int16": "Short", "Int8": "Char",
-                "Uint8": "Byte", "Bool": "Bool"}.get(name, name)
         raise RuntimeError("linalg.matrix_exp: Expected a floating point or complex tensor as "
-                           f"input. Got {name}")
+                           f"input. Got {_aten_impl.scalar_type_name(a.dtype)}")
     if a.numel() == 0:
         return a.clone()
     if a.shape[-1] == 1:

@@ -38,14 +38,10 @@ def int8pack_mm(a: Tensor, b: Tensor, scales: Tensor) -> Tensor:
     if scales.dim() != 1 or scales.shape[0] != n:
         raise RuntimeError(f"{_OP}: expect scales to be 1d tensor with size {n}")
     if scales.dtype != a.dtype:
-        raise RuntimeError(f"expected scalar type {_name(a.dtype)} but found {_name(scales.dtype)}")
+        raise RuntimeError(f"expected scalar type {_aten_impl.scalar_type_name(a.dtype)} but found "
+                           f"{_aten_impl.scalar_type_name(scales.dtype)}")
     acc = a.float() @ b.float().t()  # int8 values are exact in float32
     return (acc * scales.float()).to(a.dtype)
-
-
-def _name(dtype: torch.dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16",
-            torch.float16: "Half"}.get(dtype, str(dtype))
 
 
 def register() -> None:
