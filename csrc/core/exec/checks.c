@@ -115,6 +115,9 @@ static tpuc_status *failure(const check_desc *d, int64_t v, bool deferred) {
                "index_copy_(): index %lld is out of bounds for dimension %d with size %lld", vv,
                d->dim, n);
       break;
+    case TPUC_CHECK_TARGET:
+      snprintf(what, sizeof what, "Target %lld is out of bounds.", vv);
+      break;
     case TPUC_CHECK_ASSERT: /* assert_failure */
       break;
   }

@@ -5,7 +5,8 @@
  * the op's own program — no extra launch, no host wait — as an s64[2]
  * {failed, first offending value in row-major order}; the engine returns it
  * as an extra result (exec/checks.c). lx_add_check appends any check (the
- * one of torch._assert_async too, lower/assert.c). */
+ * one of torch._assert_async too, lower/assert.c); lx_check_target checks a
+ * loss's class targets (nll_loss, lower/nn.c). */
 #include <stdlib.h>
 
 #include "lower_ops.h"
@@ -32,8 +33,10 @@ bool lx_add_check(tpuc_lower_ctx *cx, tv failed, tv value, tpuc_check_kind kind,
   return true;
 }
 
-void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negative,
-                    tpuc_check_kind kind, int dim) {
+/* The check of `idx` against [lo_bound, size), positions equal to `except`
+ * (when has_except) allowed. */
+static void check_range(tpuc_lower_ctx *cx, tv idx, int64_t lo_bound, int64_t size,
+                        bool has_except, int64_t except, tpuc_check_kind kind, int dim) {
   tpuc_checks *ck = cx->checks;
   if (!ck || !ck->bounds || idx == IR_NONE) return;
   ir_graph *g = cx->g;
@@ -43,9 +46,11 @@ void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negativ
   if (n == 0) return;
   tv flat = ir_reshape(g, ir_convert(g, idx, TPUC_S64), 1, &n);
   ir_type ft = ir_make_type(TPUC_S64, 1, &n);
-  tv lo = ir_compare(g, IR_LT, flat, ir_splat_i64(g, ft, allow_negative ? -size : 0));
+  tv lo = ir_compare(g, IR_LT, flat, ir_splat_i64(g, ft, lo_bound));
   tv hi = ir_compare(g, IR_GE, flat, ir_splat_i64(g, ft, size));
   tv bad = ir_binary(g, IR_OR, lo, hi);
+  if (has_except)
+    bad = ir_binary(g, IR_AND, bad, ir_compare(g, IR_NE, flat, ir_splat_i64(g, ft, except)));
   /* the first bad position (n when none), then the value there */
   tv pos_iota = ir_iota(g, ft, 0);
   int64_t d0 = 0;
@@ -56,4 +61,13 @@ void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negativ
   ir_type s = ir_make_type(TPUC_S64, 0, NULL);
   tv failed = ir_convert(g, ir_compare(g, IR_LT, first, ir_splat_i64(g, s, n)), TPUC_S64);
   lx_add_check(cx, failed, value, kind, dim, size, NULL);
+}
+
+void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negative,
+                    tpuc_check_kind kind, int dim) {
+  check_range(cx, idx, allow_negative ? -size : 0, size, false, 0, kind, dim);
+}
+
+void lx_check_target(tpuc_lower_ctx *cx, tv target, int64_t classes, int64_t ignore) {
+  check_range(cx, target, 0, classes, true, ignore, TPUC_CHECK_TARGET, 1);
 }

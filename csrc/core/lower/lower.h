@@ -26,6 +26,7 @@ typedef enum {
   TPUC_CHECK_IN_SELF,     /* IndexError: index out of range in self (embedding, index_select, index_add) */
   TPUC_CHECK_FLAT,        /* IndexError: out of range: tried to access index V on a tensor of N elements */
   TPUC_CHECK_COPY,        /* IndexError: index_copy_(): index V is out of bounds for dimension D ... */
+  TPUC_CHECK_TARGET,      /* IndexError: Target V is out of bounds. (nll_loss, cross_entropy) */
   TPUC_CHECK_ASSERT       /* RuntimeError: msg (torch._assert_async's condition was zero) */
 } tpuc_check_kind;
 
@@ -131,6 +132,10 @@ tpuc_dtype lx_compute_dtype(tpuc_dtype d);
  * `kind` naming dimension `dim`. A no-op when checks are off. */
 void lx_check_index(tpuc_lower_ctx *cx, tv idx, int64_t size, bool allow_negative,
                     tpuc_check_kind kind, int dim);
+/* The same for a loss's class targets: every element of `target` lies in
+ * [0, classes) or equals `ignore` (ignore_index), reported as
+ * TPUC_CHECK_TARGET. A no-op when checks are off. */
+void lx_check_target(tpuc_lower_ctx *cx, tv target, int64_t classes, int64_t ignore);
 /* lower/bounds.c: adds the check {failed, value} (s64 scalar values; value
  * IR_NONE: 0), whatever checks.bounds says; false when out of memory or the
  * context keeps no checks. */

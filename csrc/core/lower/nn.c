@@ -171,8 +171,8 @@ typedef struct {
 } nll_parts;
 
 /* Common part of nll_loss[2d] forward and backward; args from `a`: self,
- * target, weight?, reduction, ignore_index. */
-static void nll_prepare(tpuc_lower_ctx *cx, int a, tpuc_dtype cd, nll_parts *p) {
+ * target, weight?, reduction, ignore_index; `check`: the targets' bounds check. */
+static void nll_prepare(tpuc_lower_ctx *cx, int a, tpuc_dtype cd, bool check, nll_parts *p) {
   ir_graph *g = cx->g;
   p->x = ir_convert(g, lx_tensor(cx, a), cd);
   ir_type xt = ir_type_of(g, p->x);
@@ -184,7 +184,11 @@ static void nll_prepare(tpuc_lower_ctx *cx, int a, tpuc_dtype cd, nll_parts *p) 
     if (i != p->cdim) bd[k++] = i;
   tv tb = ir_broadcast_in_dim(g, t, it, bd);
   p->onehot = ir_compare(g, IR_EQ, ir_iota(g, it, p->cdim), tb);
-  tv valid = ir_compare(g, IR_NE, t, ir_splat_i64(g, ir_type_of(g, t), lx_int(cx, a + 4, -100)));
+  int64_t ignore = lx_int(cx, a + 4, -100);
+  /* a target outside [0, C) matches no class: unchecked, its loss is 0 and it counts in the
+   * mean. The forward checks it (the backward of a failed forward is never reported first). */
+  if (check) lx_check_target(cx, t, xt.dims[p->cdim], ignore);
+  tv valid = ir_compare(g, IR_NE, t, ir_splat_i64(g, ir_type_of(g, t), ignore));
   tv w;
   if (!lx_is_none(cx, a + 2)) {
     tv wv = ir_convert(g, lx_tensor(cx, a + 2), cd);
@@ -204,7 +208,7 @@ static tpuc_status *l_nll_loss(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
   nll_parts p;
-  nll_prepare(cx, 0, cd, &p);
+  nll_prepare(cx, 0, cd, true, &p);
   int64_t red = lx_int(cx, 3, RED_MEAN), cdim = p.cdim;
   tv picked = lo_sum(g, ir_select(g, p.onehot, p.x, lx_splat_like(g, p.x, 0.0)), &cdim, 1, false);
   tv loss = ir_unary(g, IR_NEG, ir_binary(g, IR_MUL, picked, p.w));
@@ -228,7 +232,7 @@ static tpuc_status *l_nll_loss_bw(tpuc_lower_ctx *cx) {
   ir_type ot = lx_out(cx, 0);
   tpuc_dtype cd = lx_compute_dtype(ot.dtype);
   nll_parts p;
-  nll_prepare(cx, 1, cd, &p);
+  nll_prepare(cx, 1, cd, false, &p);
   int64_t red = lx_int(cx, 4, RED_MEAN);
   tv go = ir_convert(g, lx_tensor(cx, 0), cd);
   tv scale = red == RED_NONE ? go : ir_reshape(g, go, 0, NULL);
