@@ -4,6 +4,7 @@ max/min with indices, gradients — and every op runs natively (no new entry
 in torch.tpu.stats()["fallbacks"])."""
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -40,6 +41,22 @@ def test_max_min_arg():
     same(lambda x: (x.argmax(), x.argmin(1), x.argmax(0, keepdim=True)), x)
     y = r(5, 3)
     same(lambda y: (*torch.max(y, 1), torch.argmax(y.to(BF16), 0)), y)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_max_min_of_nothing_raises_as_on_the_cpu(mode: str) -> None:
+    # a max over no element was XLA's identity (-inf / +inf); PyTorch raises
+    before = torch.tpu.get_eager_mode()
+    torch.tpu.set_eager_mode(mode)
+    try:
+        for name in ("max", "min"):
+            with pytest.raises(RuntimeError) as cpu:
+                getattr(torch.empty(0), name)()
+            with pytest.raises(RuntimeError, match=re.escape(str(cpu.value))):
+                getattr(torch.empty(0, 3, device=DEV), name)()
+        assert torch.tensor([1.0, 3.0], device=DEV).max().item() == 3.0
+    finally:
+        torch.tpu.set_eager_mode(before)
 
 
 def test_var_std_norm():

@@ -11,6 +11,7 @@
  * is a reshape to the output's sizes (given by the caller). */
 #include <math.h>
 
+#include "../base/base.h" /* tpuc_status_make */
 #include "elementwise.h"
 
 /* The dims arg i names (an int, an int list; absent or empty: every dim),
@@ -163,8 +164,20 @@ static tpuc_status *rd_aminmax(tpuc_lower_ctx *cx) { /* (self, *, dim?, keepdim)
 
 static tpuc_status *rd_amax(tpuc_lower_ctx *cx) { return extreme_op(cx, 1, true); }
 static tpuc_status *rd_amin(tpuc_lower_ctx *cx) { return extreme_op(cx, 1, false); }
-static tpuc_status *rd_max_all(tpuc_lower_ctx *cx) { return extreme_op(cx, -1, true); }
-static tpuc_status *rd_min_all(tpuc_lower_ctx *cx) { return extreme_op(cx, -1, false); }
+/* max() / min() of every element: PyTorch raises for an empty tensor (a max over nothing
+ * would be -inf / +inf here, XLA's identity). */
+static tpuc_status *extreme_all(tpuc_lower_ctx *cx, bool is_max) {
+  ir_type t = ir_type_of(cx->g, lx_tensor(cx, 0));
+  if (ir_numel(&t) == 0)
+    return tpuc_status_make(TPUC_ERR_RUNTIME,
+                            "%s(): Expected reduction dim to be specified for input.numel() == 0. "
+                            "Specify the reduction dim with the 'dim' argument.",
+                            is_max ? "max" : "min");
+  return extreme_op(cx, -1, is_max);
+}
+
+static tpuc_status *rd_max_all(tpuc_lower_ctx *cx) { return extreme_all(cx, true); }
+static tpuc_status *rd_min_all(tpuc_lower_ctx *cx) { return extreme_all(cx, false); }
 
 /* Values and s64 indices of the max/min of x along dim (x of rank >= 1). */
 static void arg_extreme(ir_graph *g, tv x, int dim, bool is_max, tv *values, tv *indices) {
