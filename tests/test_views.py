@@ -272,3 +272,37 @@ def test_resize_to_zero_and_back_needs_no_host_copy(native: bool) -> None:
     assert torch.equal(x.cpu(), torch.zeros(n))
     x.add_(1)
     assert torch.equal(x.cpu(), torch.ones(n))
+
+
+def _element_size_views(device: str) -> list[torch.Tensor]:
+    """Views of another element size over storages a program wrote (not an upload), read and
+    written, bit patterns chosen so that no float result is subnormal (the XLA CPU plugin's
+    programs flush those)."""
+    x = torch.arange(4.0, device=device) + 0.1
+    v = x.view(torch.int16)
+    v[::2] = 7  # the low halves of x's floats
+    w = x.view(torch.uint8)
+    w[3] = 0x3F  # one byte of x[0]
+    y = (torch.arange(4, dtype=torch.int16, device=device) + 16000).view(torch.float32) * 2
+    z = (torch.arange(6, dtype=torch.int32, device=device) * 3)[:4].view(torch.float64)
+    b = (torch.tensor([1.5, -2.25], dtype=torch.bfloat16, device=device) * 1).view(torch.int32)
+    q = (torch.arange(3.0, device=device) + 0.1)[:2].view(torch.float64)  # 12 bytes: padded
+    q.mul_(2)
+    u = torch.arange(5.0, device=device) + 0.3
+    u[:4].view(torch.float64).add_(1)  # writes x's first 4 floats through 2 doubles
+    k = (torch.arange(8.0, device=device) * 1.3).view(torch.uint8).view(torch.int64)
+    return [x, v, w, y.view(torch.int32), z.view(torch.int64), b, q.view(torch.int64), u, k]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_views_of_another_element_size(mode: str) -> None:
+    # fused mode raised "reading a i16 view of a storage holding f32 data" at the next read
+    ref = _element_size_views("cpu")
+    before = torch.tpu.get_eager_mode()
+    torch.tpu.set_eager_mode(mode)
+    try:
+        got = _element_size_views("tpu")
+        for g, r in zip(got, ref):
+            assert torch.equal(g.cpu(), r), (g.cpu(), r)
+    finally:
+        torch.tpu.set_eager_mode(before)

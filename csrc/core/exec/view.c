@@ -171,6 +171,51 @@ static tpuc_status *reinterpret_error(const char *what, tpuc_dtype view, tpuc_dt
                           what, tpuc_dtype_mlir_name(view), tpuc_dtype_mlir_name(data));
 }
 
+/* The unsigned integer type of `size` bytes. */
+static tpuc_dtype uint_of_size(size_t size) {
+  return size == 1 ? TPUC_U8 : size == 2 ? TPUC_U16 : size == 4 ? TPUC_U32 : TPUC_U64;
+}
+
+/* `base` (n elements) seen as elements of another size (x.view(torch.int16) of a float32
+ * tensor), in the host's little-endian memory order: the k-th smaller element holds bits
+ * [k w, (k + 1) w) of the larger. Built from same-size bitcasts, shifts and masks, not from
+ * StableHLO's bitcast_convert between sizes: XLA's simplifier folds two of those in a row
+ * into one of the wrong shape (its HLO verifier then rejects the program). A storage whose
+ * bytes are not a whole number of larger elements is padded; restore() drops the padding. */
+static tv resize_elements(ir_graph *g, tv base, int64_t n, tpuc_dtype want) {
+  tpuc_dtype have = ir_typeof(g, base)->dtype;
+  size_t bs = tpuc_dtype_size(have), ws = tpuc_dtype_size(want);
+  tpuc_dtype ub = uint_of_size(bs), uw = uint_of_size(ws);
+  tv u = ir_bitcast(g, ir_reshape(g, base, 1, &n), ir_make_type(ub, 1, &n));
+  tv parts[8];
+  if (bs > ws) { /* each element into r smaller ones */
+    int r = (int)(bs / ws);
+    int64_t col[2] = {n, 1}, total = n * r;
+    ir_type ut = ir_make_type(ub, 1, &n);
+    uint64_t mask = ws == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * ws)) - 1;
+    for (int k = 0; k < r; k++) {
+      tv sh = ir_binary(g, IR_SHR_LOGICAL, u, ir_splat_i64(g, ut, (int64_t)(8 * ws * (size_t)k)));
+      tv low = ir_binary(g, IR_AND, sh, ir_splat_i64(g, ut, (int64_t)mask));
+      parts[k] = ir_reshape(g, ir_convert(g, low, uw), 2, col);
+    }
+    tv pieces = ir_reshape(g, ir_concat(g, parts, r, 1), 1, &total);
+    return ir_bitcast(g, pieces, ir_make_type(want, 1, &total));
+  }
+  int r = (int)(ws / bs); /* r elements into one larger one */
+  int64_t whole = (n + r - 1) / r, lo = 0, hi = whole * r - n, rows[2] = {whole, r};
+  if (hi) u = ir_pad(g, u, ir_splat_i64(g, ir_make_type(ub, 0, NULL), 0), &lo, &hi, NULL);
+  u = ir_reshape(g, u, 2, rows);
+  ir_type wt = ir_make_type(uw, 1, &whole);
+  tv acc = IR_NONE;
+  for (int k = 0; k < r; k++) {
+    int64_t start[2] = {0, k}, limit[2] = {whole, k + 1};
+    tv piece = ir_convert(g, ir_reshape(g, ir_slice(g, u, start, limit, NULL), 1, &whole), uw);
+    if (k) piece = ir_binary(g, IR_SHL, piece, ir_splat_i64(g, wt, (int64_t)(8 * bs * (size_t)k)));
+    acc = k ? ir_binary(g, IR_OR, acc, piece) : piece;
+  }
+  return ir_bitcast(g, acc, ir_make_type(want, 1, &whole));
+}
+
 /* The buffer value `base` seen as elements of `want`: itself, a bitcast of
  * same-size elements, or complex numbers as pairs of floats and back
  * (view_as_complex / view_as_real, and any view of their results). */
@@ -196,6 +241,9 @@ static tpuc_status *reinterpret(ir_graph *g, tv base, tpuc_dtype want, const cha
     tv parts[2] = {ir_reshape(g, ir_unary(g, IR_REAL, flat), 2, col),
                    ir_reshape(g, ir_unary(g, IR_IMAG, flat), 2, col)};
     *out = ir_reshape(g, ir_concat(g, parts, 2, 1), 1, &twice);
+  } else if (bt.dtype != TPUC_PRED && want != TPUC_PRED && !ir_is_complex(want) &&
+             !ir_is_complex(bt.dtype) && n < INT64_MAX / 8) {
+    *out = resize_elements(g, base, n, want);
   } else {
     return reinterpret_error(what, want, bt.dtype);
   }
@@ -215,6 +263,8 @@ static tv restore(ir_graph *g, tv v, ir_type bt) {
     tpuc_status_destroy(st);
     return IR_NONE;
   }
+  int64_t n = ir_numel(&bt), zero = 0;
+  if (ir_numel(ir_typeof(g, back)) > n) back = ir_slice(g, back, &zero, &n, NULL); /* padding */
   return ir_reshape(g, back, bt.ndim, bt.dims);
 }
 
