@@ -67,8 +67,8 @@ def _register() -> None:
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _registered = True
-    from . import (dynamo, eager, embedding_bag, fake_quant, fused_optim, grad_scaler, matrix_exp,
-                   quantized_mm, weight_norm)
+    from . import (ctc, dynamo, eager, embedding_bag, fake_quant, fused_optim, grad_scaler,
+                   matrix_exp, quantized_mm, weight_norm)
 
     fused_optim.register()  # Adam(W)(fused=True) on the device, not the CPU
     embedding_bag.register()  # nn.EmbeddingBag (sum, mean) on the device
@@ -77,6 +77,7 @@ def _register() -> None:
     matrix_exp.register()  # torch.linalg.matrix_exp on the device
     quantized_mm.register()  # int8 weight-only quantized matmul on the device
     fake_quant.register()  # quantization-aware training's fake-quantize kernels on the device
+    ctc.register()  # F.ctc_loss on the device (lengths as tensors: one program for any lengths)
     from .integrations import accelerate as _accelerate_shim
 
     _accelerate_shim.install()  # device_map="auto" and Accelerator().device find "tpu"

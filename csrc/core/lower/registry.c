@@ -39,6 +39,7 @@ EMPTY_FAMILY(tpuc_lowerings_distance);
 EMPTY_FAMILY(tpuc_lowerings_segment);
 EMPTY_FAMILY(tpuc_lowerings_nn_pool_frac);
 EMPTY_FAMILY(tpuc_lowerings_nn_grid);
+EMPTY_FAMILY(tpuc_lowerings_nn_ctc);
 
 static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_elementwise, tpuc_lowerings_reduce, tpuc_lowerings_linalg,
@@ -51,7 +52,7 @@ static const tpuc_lowering *const k_families[] = {
     tpuc_lowerings_special_bessel,    tpuc_lowerings_vector, tpuc_lowerings_nn_margin,
     tpuc_lowerings_linalg_lu,   tpuc_lowerings_linalg_qr,   tpuc_lowerings_linalg_eig,
     tpuc_lowerings_distance,    tpuc_lowerings_segment,     tpuc_lowerings_nn_pool_frac,
-    tpuc_lowerings_nn_grid,
+    tpuc_lowerings_nn_grid,     tpuc_lowerings_nn_ctc,
 };
 #define NFAMILIES ((int)(sizeof k_families / sizeof k_families[0]))
 
