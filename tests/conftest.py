@@ -12,6 +12,13 @@ of tests, so files with few but long tests (TorchTitan's launches, the difftest 
 last and the run ended with one worker on them while the other idled. The files below, the
 longest on CI (``pytest --durations``), go first; the rest keep their order and fill in.
 Nothing is skipped or changed in what a test runs; without xdist this file does nothing.
+
+Memory maps: on the XLA CPU plugin every compiled program keeps its code mapped until the
+process ends (about 4 maps for a one-op program; tpuc's executable cache has no eviction), and
+a worker that runs half the suite compiles tens of thousands of programs. Past the kernel's
+``vm.max_map_count`` (65530 by default) XLA's compiler fails ("LLVM compilation error: Cannot
+allocate memory") and the worker crashes. The run's summary gives each worker's peak; .ci/run
+raises the limit (docs/testing.md).
 """
 from __future__ import annotations
 
@@ -87,3 +94,55 @@ def tpu_no_fallbacks():  # type: ignore[no-untyped-def]
     before = dict(torch.tpu.stats()["fallbacks"])
     yield
     assert dict(torch.tpu.stats()["fallbacks"]) == before
+
+
+def _map_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def _maps() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+_MAPS: dict[str, int] = {"peak": 0, "tests": 0}
+_PEAKS: dict[str, int] = {}  # the controller's record: worker -> its peak
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """Every 25 tests: this process's memory maps (its peak goes to the run's summary)."""
+    _MAPS["tests"] += 1
+    if _MAPS["tests"] % 25 == 0:
+        _MAPS["peak"] = max(_MAPS["peak"], _maps())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["maps_peak"] = max(_MAPS["peak"], _maps())
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    peak = getattr(node, "workeroutput", {}).get("maps_peak")
+    if peak:
+        _PEAKS[node.gateway.id] = peak  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: object) -> None:
+    if not _PEAKS:
+        return
+    limit = _map_limit()
+    worst = max(_PEAKS.values())
+    line = (f"memory maps, peak per worker: {dict(sorted(_PEAKS.items()))}; the kernel allows "
+            f"{limit} (vm.max_map_count)")
+    if limit and worst > 0.8 * limit:
+        line += (": near the limit, past which XLA's compiler fails with 'Cannot allocate "
+                 "memory' (docs/testing.md)")
+    terminalreporter.write_line(line)  # type: ignore[attr-defined]

@@ -13,6 +13,8 @@ acoustic model against the CPU, and the same steps with the kernels switched off
 (TPUC_CTC_KERNEL=0, the CPU fallback)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -127,3 +129,19 @@ def test_switched_off_it_is_the_cpu_fallback(tmp_path) -> None:
                                  str(tmp_path), globals())
     for a, b in zip(on, off):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", ["input_too_long", "negative_target_length", "targets_too_short"])
+def test_bad_lengths_raise_the_cpus_error(bad: str) -> None:
+    lp = torch.randn(T, 2, C).log_softmax(2)
+    tg, il, tl = torch.tensor([[1, 2], [3, 4]]), [T, T], [2, 1]
+    if bad == "input_too_long":
+        il = [T + 1, T]
+    elif bad == "negative_target_length":
+        tl = [2, -1]
+    else:
+        tl = [3, 1]
+    with pytest.raises(RuntimeError) as cpu:
+        torch.ops.aten._ctc_loss(lp, tg, il, tl)
+    with pytest.raises(RuntimeError, match=re.escape(str(cpu.value).split(" (while")[0])):
+        torch.ops.aten._ctc_loss(lp.to("tpu"), tg.to("tpu"), il, tl)

@@ -25,6 +25,9 @@ _meta_lib: torch.library.Library | None = None
 
 def _as_tensors(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Sequence[int],
                 target_lengths: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # the CPU kernel's argument checks (lengths in range, targets' sizes), raised with its
+    # words: its Meta kernel makes them on shapes and the lengths alone
+    torch.ops.aten._ctc_loss(log_probs.to("meta"), targets.to("meta"), input_lengths, target_lengths)
     dev = log_probs.device
     il = torch.tensor(list(input_lengths), dtype=torch.int64, device=dev)
     tl = torch.tensor(list(target_lengths), dtype=torch.int64, device=dev)

@@ -89,9 +89,8 @@ static bool prepare(tpuc_lower_ctx *cx, int a, int64_t blank, ctc_parts *p) {
                       ir_compare(g, IR_NE, lab, two_back));
   p->il = ir_convert(g, lx_tensor(cx, a + 2), TPUC_S64);
   p->tl = ir_convert(g, lx_tensor(cx, a + 3), TPUC_S64);
-  int64_t one = p->n;
-  p->il = ir_reshape(g, p->il, 1, &one);
-  p->tl = ir_reshape(g, p->tl, 1, &one);
+  p->il = ir_reshape(g, p->il, 1, &p->n);
+  p->tl = ir_reshape(g, p->tl, 1, &p->n);
   tv last = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, per_row(g, p->tl, it), ir_splat_i64(g, it, 2)),
                       ir_splat_i64(g, it, 1));
   p->valid = ir_compare(g, IR_LT, pos, last);
