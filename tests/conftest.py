@@ -129,6 +129,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         out["maps_peak"] = max(_MAPS["peak"], _maps())
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: venvs without xdist (the slices') lack it
 def pytest_testnodedown(node: object, error: object) -> None:
     peak = getattr(node, "workeroutput", {}).get("maps_peak")
     if peak:
