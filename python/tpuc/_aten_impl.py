@@ -1,5 +1,5 @@
 """What tpuc's Python kernels for ATen ops share (the modules that compose PyTorch's CPU/CUDA-only
-kernels of device ops: grad_scaler, weight_norm, matrix_exp, quantized_mm, fake_quant): their
+kernels of device ops: grad_scaler, weight_norm, matrix_exp, quantized_mm, fake_quant, ctc): their
 registration on the device "tpu" (PrivateUse1), skipping an op the installed torch does not
 define, so that one torch version lacking one op (the 2.14.1 venv, vLLM's and SGLang's pinned
 torch builds) loses that kernel, not the device; the C++ names of dtypes their errors quote as
