@@ -39,7 +39,8 @@ CASES = {
 
 def _run(device: str, dtype: torch.dtype, flat: bool = False, reduction: str = "mean",
          zero_infinity: bool = False, il: list[int] | None = None, tl: list[int] | None = None,
-         targets: list[list[int]] | None = None, blank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+         targets: list[list[int]] | None = None,
+         blank: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     lp = torch.randn(T, N, C, generator=g, dtype=torch.float64).log_softmax(2).to(dtype)
     tl = tl or [4, 2, 0]

@@ -131,8 +131,8 @@ def _speed_rows(quick: bool) -> list[dict]:
     if fused_available():
         names += ["tpu fused"] if quick else ["tpu fused, record", "tpu fused"]
     if compiled_available():
-        names += ["tpu compiled, replay"] if quick else ["tpu compiled, join", "tpu compiled, record",
-                                                          "tpu compiled, replay"]
+        names += (["tpu compiled, replay"] if quick
+                  else ["tpu compiled, join", "tpu compiled, record", "tpu compiled, replay"])
     rows = []
     for size, cfg in _configs(quick).items():
         # 50M: CPU eager and compiled replay only. Each contender holds its model,

@@ -27,7 +27,8 @@ def _as_tensors(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: S
                 target_lengths: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # the CPU kernel's argument checks (lengths in range, targets' sizes), raised with its
     # words: its Meta kernel makes them on shapes and the lengths alone
-    torch.ops.aten._ctc_loss(log_probs.to("meta"), targets.to("meta"), input_lengths, target_lengths)
+    torch.ops.aten._ctc_loss(log_probs.to("meta"), targets.to("meta"), input_lengths,
+                             target_lengths)
     dev = log_probs.device
     il = torch.tensor(list(input_lengths), dtype=torch.int64, device=dev)
     tl = torch.tensor(list(target_lengths), dtype=torch.int64, device=dev)
@@ -84,7 +85,8 @@ def register() -> None:
     if not hasattr(torch.ops.aten._ctc_loss, "Tensor"):
         return
     _meta_lib = torch.library.Library("aten", "IMPL")
-    for name, fn in (("_ctc_loss.Tensor", _meta_forward), ("_ctc_loss_backward.Tensor", _meta_backward)):
+    metas = (("_ctc_loss.Tensor", _meta_forward), ("_ctc_loss_backward.Tensor", _meta_backward))
+    for name, fn in metas:
         if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "Meta"):
             _meta_lib.impl(name, fn, "Meta")
     _lib = _aten_impl.register({"_ctc_loss": forward, "_ctc_loss_backward": backward})

@@ -56,7 +56,8 @@ static tv per_row(ir_graph *g, tv v, ir_type t) {
 static bool prepare(tpuc_lower_ctx *cx, int a, int64_t blank, ctc_parts *p) {
   ir_graph *g = cx->g;
   tv lp = lx_tensor(cx, a), tg = lx_tensor(cx, a + 1);
-  if (lp == IR_NONE || tg == IR_NONE || lx_is_none(cx, a + 2) || lx_is_none(cx, a + 3)) return false;
+  if (lp == IR_NONE || tg == IR_NONE || lx_is_none(cx, a + 2) || lx_is_none(cx, a + 3))
+    return false;
   ir_type lt = ir_type_of(g, lp), tt = ir_type_of(g, tg);
   if ((lt.dtype != TPUC_F32 && lt.dtype != TPUC_F64) || lt.ndim != 3 || tt.ndim != 2 ||
       ir_is_float(tt.dtype) || tt.dims[0] != lt.dims[1] || ir_numel(&lt) == 0)
@@ -91,8 +92,8 @@ static bool prepare(tpuc_lower_ctx *cx, int a, int64_t blank, ctc_parts *p) {
   p->tl = ir_convert(g, lx_tensor(cx, a + 3), TPUC_S64);
   p->il = ir_reshape(g, p->il, 1, &p->n);
   p->tl = ir_reshape(g, p->tl, 1, &p->n);
-  tv last = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, per_row(g, p->tl, it), ir_splat_i64(g, it, 2)),
-                      ir_splat_i64(g, it, 1));
+  tv twice = ir_binary(g, IR_MUL, per_row(g, p->tl, it), ir_splat_i64(g, it, 2));
+  tv last = ir_binary(g, IR_ADD, twice, ir_splat_i64(g, it, 1));
   p->valid = ir_compare(g, IR_LT, pos, last);
   return !ir_error(g);
 }
@@ -163,8 +164,9 @@ static tv recurse(ir_graph *g, const ctc_parts *p, bool forward, tv first, tv *c
     ir_type it = ir_with_dtype(rows, TPUC_S64);
     tv pos = ir_iota(b, it, 1);
     tv end = ir_binary(b, IR_MUL, per_row(b, v[C_TL], it), ir_splat_i64(b, it, 2));
+    tv before_end = ir_binary(b, IR_SUB, end, ir_splat_i64(b, it, 1));
     tv is_end = ir_binary(b, IR_OR, ir_compare(b, IR_EQ, pos, end),
-                          ir_compare(b, IR_EQ, pos, ir_binary(b, IR_SUB, end, ir_splat_i64(b, it, 1))));
+                          ir_compare(b, IR_EQ, pos, before_end));
     tv start = ir_select(b, is_end, ext_t, ninf);
     tv row = ir_select(b, time_cmp(b, IR_EQ, t, v[C_IL], -1, rows), start,
                        ir_select(b, time_cmp(b, IR_LT, t, v[C_IL], -1, rows), step, ninf));
@@ -202,7 +204,8 @@ static tpuc_status *l_ctc(tpuc_lower_ctx *cx) {
   tv all = recurse(g, &p, true, alpha0, &last);
   ir_type vt = ir_make_type(TPUC_S64, 1, &p.n);
   tv end = ir_binary(g, IR_MUL, p.tl, ir_splat_i64(g, vt, 2));
-  tv l1 = state_at(g, last, end), l2 = state_at(g, last, ir_binary(g, IR_SUB, end, ir_splat_i64(g, vt, 1)));
+  tv l1 = state_at(g, last, end);
+  tv l2 = state_at(g, last, ir_binary(g, IR_SUB, end, ir_splat_i64(g, vt, 1)));
   tv nll = ir_unary(g, IR_NEG, log_add(g, l1, l2, IR_NONE));
   cx->results[0] = lo_fit(g, nll, lx_out(cx, 0));
   int64_t perm[3] = {1, 0, 2};
@@ -232,7 +235,8 @@ static tpuc_status *l_ctc_bw(tpuc_lower_ctx *cx) {
   /* the sum over states per class: [N, T, S'] @ onehot [N, S', C] */
   int64_t nsc[3] = {p.n, p.s, p.c}, b01[2] = {0, 1};
   ir_type ot = ir_make_type(TPUC_S64, 3, nsc);
-  tv hot = ir_convert(g, ir_compare(g, IR_EQ, ir_broadcast_in_dim(g, p.lab, ot, b01), ir_iota(g, ot, 2)), p.d);
+  tv labels = ir_broadcast_in_dim(g, p.lab, ot, b01);
+  tv hot = ir_convert(g, ir_compare(g, IR_EQ, labels, ir_iota(g, ot, 2)), p.d);
   tv sums = ir_transpose(g, lo_matmul(g, ir_transpose(g, e, perm), hot, 1, false, false), perm);
   tv lcab = lo_bin(g, IR_ADD, ir_unary(g, IR_LOG, sums), m); /* [T, N, C] */
   ir_type tnc = ir_type_of(g, lp);
@@ -250,7 +254,8 @@ static tpuc_status *l_ctc_bw(tpuc_lower_ctx *cx) {
   if (lx_bool(cx, 8, false)) {
     ir_type vt = ir_make_type(p.d, 1, &p.n);
     tv finite = ir_compare(g, IR_NE, nll, ir_splat(g, vt, INFINITY));
-    keep = ir_binary(g, IR_AND, keep, ir_broadcast_in_dim(g, finite, ir_with_dtype(tnc, TPUC_PRED), &b1));
+    tv finite_b = ir_broadcast_in_dim(g, finite, ir_with_dtype(tnc, TPUC_PRED), &b1);
+    keep = ir_binary(g, IR_AND, keep, finite_b);
   }
   grad = ir_select(g, keep, grad, ir_splat(g, full, 0.0));
   cx->results[0] = lo_fit(g, grad, lx_out(cx, 0));
