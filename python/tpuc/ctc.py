@@ -24,11 +24,13 @@ _meta_lib: torch.library.Library | None = None
 
 
 def _as_tensors(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: Sequence[int],
-                target_lengths: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # the CPU kernel's argument checks (lengths in range, targets' sizes), raised with its
-    # words: its Meta kernel makes them on shapes and the lengths alone
-    torch.ops.aten._ctc_loss(log_probs.to("meta"), targets.to("meta"), input_lengths,
-                             target_lengths)
+                target_lengths: Sequence[int],
+                check: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if check:  # the forward's: the backward's arguments are the forward's, checked already
+        # the CPU kernel's argument checks (lengths in range, targets' sizes), raised with its
+        # words: its Meta kernel makes them on shapes and the lengths alone
+        torch.ops.aten._ctc_loss(log_probs.to("meta"), targets.to("meta"), input_lengths,
+                                 target_lengths)
     dev = log_probs.device
     il = torch.tensor(list(input_lengths), dtype=torch.int64, device=dev)
     tl = torch.tensor(list(target_lengths), dtype=torch.int64, device=dev)
@@ -57,7 +59,7 @@ def backward(grad: torch.Tensor, log_probs: torch.Tensor, targets: torch.Tensor,
              input_lengths: Sequence[int], target_lengths: Sequence[int],
              neg_log_likelihood: torch.Tensor, log_alpha: torch.Tensor, blank: int,
              zero_infinity: bool = False) -> torch.Tensor:
-    tg, il, tl = _as_tensors(log_probs, targets, input_lengths, target_lengths)
+    tg, il, tl = _as_tensors(log_probs, targets, input_lengths, target_lengths, check=False)
     return torch.ops.aten._ctc_loss_backward.Tensor(grad, log_probs, tg, il, tl, neg_log_likelihood,
                                                     log_alpha, blank, zero_infinity)
 
