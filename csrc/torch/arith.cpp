@@ -154,8 +154,7 @@ bool fast_binary(const ArithOp& a, const at::Tensor& self, const at::Tensor& oth
   }
   at::Tensor uploaded;
   if (other_host) {  // the 2 of x * 2 (a wrapped number), a 0-dim CPU tensor
-    uploaded = empty_tpu(other.sizes(), {}, other.scalar_type(), dev);
-    uploaded.copy_(other);
+    uploaded = upload_host_operand(other, self.scalar_type(), true, dev);
     if (!describe(uploaded, &ts[1])) return false;
   }
   for (int i = 0; i < 2; ++i) {

@@ -74,6 +74,33 @@ bool describe(const at::Tensor& t, tpuc_tensor* out) {
   return true;
 }
 
+c10::ScalarType host_operand_dtype(const at::Tensor& host, c10::ScalarType common, bool arithmetic) {
+  const c10::ScalarType st = host.scalar_type();
+  if (!host.unsafeGetTensorImpl()->is_wrapped_number()) return st;
+  const bool half = common == c10::ScalarType::Half || common == c10::ScalarType::BFloat16;
+  bool single = common == c10::ScalarType::Float || (arithmetic && half);
+  if (c10::isIntegralType(common, /*includeBool=*/true)) {
+    // int tensor * 0.1 computes in the default dtype: float32 unless a program set float64
+    const c10::ScalarType d = c10::typeMetaToScalarType(c10::get_default_dtype());
+    if (d == c10::ScalarType::Double) return st;
+    single = d == c10::ScalarType::Float || (arithmetic && (d == c10::ScalarType::Half ||
+                                                            d == c10::ScalarType::BFloat16));
+  }
+  if (st == c10::ScalarType::Double && (single || common == c10::ScalarType::ComplexFloat))
+    return c10::ScalarType::Float;
+  if (st == c10::ScalarType::ComplexDouble && (single || common == c10::ScalarType::ComplexFloat))
+    return c10::ScalarType::ComplexFloat;
+  return st;
+}
+
+at::Tensor upload_host_operand(const at::Tensor& host, c10::ScalarType common, bool arithmetic,
+                               c10::DeviceIndex device) {
+  const c10::ScalarType st = host_operand_dtype(host, common, arithmetic);
+  at::Tensor dev = empty_tpu(host.sizes(), {}, st, device);
+  dev.copy_(host);  // converted on the host (copy.cpp): round to nearest even, as the CPU's cast
+  return dev;
+}
+
 namespace {
 
 // Everything one native call needs to stay alive until tpuc_op_run returns.
@@ -86,6 +113,8 @@ struct NativeCall {
   std::unique_ptr<std::deque<std::vector<int64_t>>> int_lists;
   std::unique_ptr<std::deque<std::string>> strings;
   std::vector<at::Tensor> keep;  // uploaded CPU tensors
+  // the promoted dtype of the tpu tensor arguments (upload_host_operand)
+  c10::ScalarType common = c10::ScalarType::Undefined;
   int device = -1;
 };
 
@@ -390,9 +419,16 @@ bool key_ivalue(KeyWriter& k, const c10::IValue& v, Kind kind, const OpInfo& inf
   return true;
 }
 
+// torch.set_default_dtype changes Meta results (int tensor * 0.1 is of the
+// default dtype): every key starts with it.
+[[gnu::always_inline]] inline void key_default_dtype(KeyWriter& k) {
+  key_val<int8_t>(k, static_cast<int8_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+}
+
 bool meta_key(const torch::jit::Stack& stack, size_t begin, size_t nargs, const OpInfo& info,
               KeyWriter& k, int& device) {
   device = -1;
+  key_default_dtype(k);
   for (size_t i = 0; i < nargs; ++i)
     if (!key_ivalue(k, stack[begin + i], info.kinds[i], info, device)) return false;
   return true;
@@ -437,6 +473,7 @@ std::shared_ptr<const OpInfo::MetaResult> cached_binary_meta(OpInfo& info, const
   thread_local std::string key;
   device = -1;
   KeyWriter w(key);
+  key_default_dtype(w);
   key_val<int8_t>(w, 1);
   if (!key_tensor(w, a, device)) return nullptr;
   key_val<int8_t>(w, 1);
@@ -457,8 +494,7 @@ int add_tensor(const at::Tensor& t, NativeCall& call) {
   // the GIL (the TensorImpl's PyObject is kept alive with it).
   const at::Tensor* src = &t;
   if (!t.is_privateuseone()) {  // a CPU scalar, or CPU indices: upload
-    at::Tensor dev = empty_tpu(t.sizes(), {}, t.scalar_type(), static_cast<c10::DeviceIndex>(call.device));
-    dev.copy_(t);
+    at::Tensor dev = upload_host_operand(t, call.common, false, static_cast<c10::DeviceIndex>(call.device));
     call.keep.push_back(std::move(dev));
     src = &call.keep.back();
   } else if (t.is_conj() || t.is_neg()) {  // a lazy conj/neg (mm takes them): materialize
@@ -700,6 +736,15 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     //    ops without a Generator argument, like native_dropout). A random op
     //    draws for its largest output or tensor argument before the generator
     //    (multinomial: a key per category, more than the samples it returns).
+    for (size_t i = 0; i < nargs; ++i) {
+      const c10::IValue& v = (*stack)[begin + i];
+      if (info.kinds[i] != Kind::Tensor || !v.isTensor()) continue;
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && t.is_privateuseone())
+        call.common = call.common == c10::ScalarType::Undefined
+                          ? t.scalar_type()
+                          : c10::promoteTypes(call.common, t.scalar_type());
+    }
     for (size_t i = 0; i < nargs; ++i) {
       const c10::IValue& v = (*stack)[begin + i];
       if (v.isTensor() && v.toTensor().defined()) draws = std::max(draws, v.toTensor().numel());
