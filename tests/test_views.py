@@ -306,3 +306,48 @@ def test_views_of_another_element_size(mode: str) -> None:
             assert torch.equal(g.cpu(), r), (g.cpu(), r)
     finally:
         torch.tpu.set_eager_mode(before)
+
+
+_OVERLAP_CASES = {
+    "copy_ into an expand": lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.arange(3., device=d)),
+    "copy_ from the host into an expand": lambda d: torch.zeros(1, device=d).expand(3).copy_(torch.arange(3.)),
+    "copy_ overlapping in part": lambda d: (lambda x: x[1:].copy_(x[:-1]))(torch.arange(5., device=d)),
+    "in-place add overlapping in part": lambda d: (lambda x: x[1:].add_(x[:-1]))(torch.arange(5., device=d)),
+    "in-place addcmul overlapping in part": lambda d: (lambda x: x[1:].addcmul_(x[:-1], x[:-1]))(
+        torch.arange(5., device=d)),
+    "out= overlapping its input in part": lambda d: (lambda x: torch.mul(x[:-1], 2, out=x[1:]))(
+        torch.arange(5., device=d)),
+    "out= an expand": lambda d: torch.exp(torch.ones(3, device=d), out=torch.zeros(1, device=d).expand(3)),
+}
+_NO_OVERLAP_CASES = {
+    "copy_ from itself": lambda d: (lambda x: x.copy_(x.view(5)))(torch.arange(5., device=d)),
+    "in-place add of itself": lambda d: (lambda x: x.add_(x))(torch.arange(5., device=d)),
+    "disjoint halves": lambda d: (lambda x: (x[3:].add_(x[:2]), x[3:].copy_(x[:2] * 3), x)[2])(
+        torch.arange(5., device=d)),
+    "x[1:] = x[1:] + x[:-1]": lambda d: (lambda x: (x.__setitem__(slice(1, None), x[1:] + x[:-1]), x)[1])(
+        torch.arange(5., device=d)),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("case", sorted(_OVERLAP_CASES))
+def test_overlapping_writes_raise_pytorchs_error(mode, case) -> None:
+    """A write that holds one element twice or overlaps its input in part raises on the CPU
+    and CUDA (TensorIterator's checks); on "tpu" it gave a clone's result, because copy_ hands a
+    tpu copy to _copy_from before those checks and the Meta kernels do not check (copy.cpp,
+    native.cpp check_written_overlap, arith.cpp)."""
+    torch.tpu.set_eager_mode(mode)
+    f = _OVERLAP_CASES[case]
+    with pytest.raises(RuntimeError, match="unsupported operation") as cpu:
+        f("cpu")
+    with pytest.raises(RuntimeError, match="unsupported operation") as tpu:
+        f("tpu")
+    assert str(tpu.value).split(".")[0] == str(cpu.value).split(".")[0]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("case", sorted(_NO_OVERLAP_CASES))
+def test_writes_pytorch_allows_still_run(mode, case) -> None:
+    torch.tpu.set_eager_mode(mode)
+    f = _NO_OVERLAP_CASES[case]
+    assert torch.equal(f("tpu").cpu(), f("cpu"))

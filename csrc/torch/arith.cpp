@@ -144,6 +144,7 @@ bool fast_binary(const ArithOp& a, const at::Tensor& self, const at::Tensor& oth
   tpuc_tensor out{};
   at::Tensor fresh;
   if (inplace) {
+    if (!other_host) check_written_overlap(self, &other, 1);
     follow_meta(self, m);
     if (!describe(self, &out)) return false;
     ts[0] = out;  // follow_meta may have restrided it

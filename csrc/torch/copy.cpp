@@ -11,6 +11,7 @@
 #include "tpuc_torch.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/conj_physical.h>
 #include <ATen/ops/neg.h>
 #include <c10/core/TensorOptions.h>
@@ -133,6 +134,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   const bool src_dev = self.is_privateuseone(), dst_dev = dst.is_privateuseone();
   TORCH_CHECK(self.layout() == c10::kStrided && dst.layout() == c10::kStrided,
               "tpuc: copies to and from tpu need strided tensors");
+  // copy_ hands a tpu copy to _copy_from before the TensorIterator whose
+  // checks a CPU or CUDA copy passes: PyTorch's errors for a destination
+  // that writes one element twice (an expand) or that overlaps its source
+  // in part (x[1:].copy_(x[:-1])), instead of a result.
+  if (dst_dev) {
+    at::assert_no_internal_overlap(dst);
+    if (src_dev) at::assert_no_partial_overlap(dst, self);
+  }
   if (src_dev && dst_dev) {
     if (self.device() == dst.device()) {
       if (core_copy(dst, self)) return dst;

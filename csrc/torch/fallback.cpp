@@ -139,6 +139,7 @@ OpInfo& make_info(const c10::FunctionSchema* key, const c10::OperatorHandle& op)
   // Meta cache; for every other op only a Scalar's kind does.
   for (const char* n : {"arange", "range", "linspace", "logspace", "full"})
     info->meta_uses_scalar_values |= info->name.find(n) != std::string::npos;
+  info->pointwise = op.hasTag(at::Tag::pointwise);
   static const char* const kCpuIndexOps[] = {
       "aten::index.Tensor", "aten::index.Tensor_out", "aten::_unsafe_index.Tensor",
       "aten::index_put", "aten::index_put_", "aten::index_put.out", "aten::_index_put_impl_",

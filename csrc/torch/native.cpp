@@ -7,6 +7,7 @@
 #include "ops.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <pybind11/pybind11.h>
@@ -72,6 +73,14 @@ bool describe(const at::Tensor& t, tpuc_tensor* out) {
   }
   out->offset = impl->storage_offset();
   return true;
+}
+
+void check_written_overlap(const at::Tensor& written, const at::Tensor* inputs, size_t n) {
+  if (!written.defined() || !written.is_privateuseone()) return;
+  at::assert_no_internal_overlap(written);
+  for (size_t i = 0; i < n; ++i)
+    if (inputs[i].defined() && inputs[i].is_privateuseone())
+      at::assert_no_partial_overlap(written, inputs[i]);
 }
 
 c10::ScalarType host_operand_dtype(const at::Tensor& host, c10::ScalarType common, bool arithmetic) {
@@ -721,6 +730,17 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
           add_output(t, call);
           if (t.defined()) draws = std::max(draws, t.numel());
         }
+      }
+    }
+    if (info.pointwise) {  // PyTorch's overlap errors (check_written_overlap)
+      c10::SmallVector<at::Tensor, 4> inputs;
+      for (size_t i = 0; i < nargs; ++i) {
+        const c10::IValue& v = (*stack)[begin + i];
+        if (!info.writes(i) && v.isTensor()) inputs.push_back(v.toTensor());
+      }
+      for (size_t j = 0; j < nargs; ++j) {
+        const c10::IValue& v = (*stack)[begin + j];
+        if (info.writes(j) && v.isTensor()) check_written_overlap(v.toTensor(), inputs.data(), inputs.size());
       }
     }
     // Then the arguments the op writes without returning them (_foreach_*_,

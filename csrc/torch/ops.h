@@ -52,6 +52,7 @@ struct OpInfo {
   std::vector<int> ret_alias_arg;
   std::vector<int> unreturned_writes;
   bool meta_uses_scalar_values = false;  // arange/linspace: Scalars shape the output
+  bool pointwise = false;  // tagged pointwise: TensorIterator's overlap checks apply (native.cpp)
   // Special handling, decided once per operator (never by name per call):
   int mask_indices_arg = -1;  // index ops: `indices` (Tensor?[]) whose masks become long indices
   int output_size_arg = -1;   // repeat_interleave.Tensor: output_size, filled from the repeats
@@ -143,6 +144,13 @@ void follow_meta(const at::Tensor& real, const at::Tensor& m);
 // div, whose kernels compute 16-bit types in float32), float16 or bfloat16;
 // with integer or bool tensors, when the default dtype is float32: the
 // conversion the CPU kernel makes. Anything else goes up as it is.
+// The overlap errors a pointwise op's TensorIterator raises on the CPU and
+// CUDA (its Meta kernel does not: Meta tensors have no memory): a written
+// tensor must not hold one element twice (an expand), nor overlap an input
+// in part (x[1:].add_(x[:-1])). tpuc computes from the values before the op,
+// so without the check such a call gives a clone's result where PyTorch
+// raises.
+void check_written_overlap(const at::Tensor& written, const at::Tensor* inputs, size_t n);
 c10::ScalarType host_operand_dtype(const at::Tensor& host, c10::ScalarType common, bool arithmetic);
 at::Tensor upload_host_operand(const at::Tensor& host, c10::ScalarType common, bool arithmetic,
                                c10::DeviceIndex device);
