@@ -102,3 +102,36 @@ def test_no_grad_and_detach(native: bool) -> None:
     d = x.detach()
     assert d.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     assert not d.requires_grad
+
+
+def test_checkpoint_recomputes_with_the_forwards_dropout_masks() -> None:
+    """torch.utils.checkpoint restores a device's random state before the recompute only when
+    the device module says `_initialized` (as torch.cuda does); torch.tpu did not, so in eager
+    mode a checkpointed block's dropout drew a new mask in the backward: gradients that were
+    neither the model's nor the CPU's, with no error. Every variant must give the gradients of
+    the model run without checkpointing, bit for bit, in strict and fused mode."""
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    def grads(variant: str, mode: str) -> list[torch.Tensor]:
+        with torch.tpu.eager_mode(mode):
+            torch.manual_seed(0)
+            m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 32),
+                              nn.Dropout(0.3), nn.Linear(32, 4)).to("tpu")
+            x = torch.randn(8, 16).to("tpu").requires_grad_()
+            torch.manual_seed(123)
+            if variant == "plain":
+                y = m(x)
+            elif variant == "reentrant":
+                y = checkpoint(m, x, use_reentrant=True)
+            elif variant == "non-reentrant":
+                y = checkpoint(m, x, use_reentrant=False)
+            else:
+                y = checkpoint_sequential(m, 3, x, use_reentrant=False)
+            y.square().sum().backward()
+            return [t.grad.cpu() for t in (x, *m.parameters())]
+
+    for mode in ("strict", "fused"):
+        want = grads("plain", mode)
+        for variant in ("reentrant", "non-reentrant", "sequential"):
+            got = grads(variant, mode)
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), (mode, variant)

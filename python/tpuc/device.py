@@ -61,6 +61,16 @@ def is_initialized() -> bool:
     return _C._is_initialized()
 
 
+def __getattr__(name: str) -> Any:
+    """``torch.tpu._initialized``, read as ``torch.cuda._initialized`` is by PyTorch's device-
+    generic code: torch.utils.checkpoint saves and restores a device's random state around the
+    recomputation only when its module says it is initialized. Without it, a checkpointed
+    block's dropout drew a new mask in the backward (wrong gradients, no error)."""
+    if name == "_initialized":
+        return _C._is_initialized()
+    raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
+
+
 def _is_in_bad_fork() -> bool:
     """True in a child forked after the runtime started (it cannot be used there)."""
     return _in_bad_fork
