@@ -45,6 +45,7 @@ def test_checker_catches_a_lost_inplace_update() -> None:
 
 # Every rewrite and fast path of the engine off at once (docs/execution.md, "Switches").
 SWITCHES_OFF = {"TPUC_DOT_REWRITE": "0", "TPUC_SLICE_INPLACE": "0", "TPUC_SCALAR_CACHE": "0",
+                "TPUC_SUM_BLOCK": "0",
                 "TPUC_UNBOXED": "0", "TPUC_FUSED_OPTIM": "0", "TPUC_DONATE": "0",
                 "TPUC_FUSED_REPLAY": "0", "TPUC_GRAPH_REPLAY": "record", "TPUC_CANONICAL": "0",
                 "TPUC_FLAT_BUFFERS": "0", "TPUC_FUSED_HOIST_FILLS": "0"}

@@ -574,6 +574,7 @@ tpuc_status *plan_build(tpuc_runtime *rt, const tpuc_op_call *const *calls,
   bool xla_cpu = rt->platform_name && !strcmp(rt->platform_name, "cpu");
   if (bd.g) {
     ir_graph_set_xla_cpu(bd.g, rt->dot_rewrite && xla_cpu);
+    ir_graph_set_sum_block(bd.g, rt->sum_block);
     ir_graph_set_guard_dot_rhs(bd.g, xla_cpu && rt->xnn_may_capture);
   }
   bd.val = malloc((size_t)(s->n + 1) * sizeof *bd.val);

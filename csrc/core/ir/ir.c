@@ -14,6 +14,10 @@ void ir_graph_set_xla_cpu(ir_graph *g, bool on) { g->xla_cpu = on; }
 
 bool ir_graph_xla_cpu(const ir_graph *g) { return g->xla_cpu; }
 
+void ir_graph_set_sum_block(ir_graph *g, int64_t n) { g->sum_block = n; }
+
+int64_t ir_graph_sum_block(const ir_graph *g) { return g->sum_block; }
+
 void ir_graph_set_guard_dot_rhs(ir_graph *g, bool on) { g->guard_dot_rhs = on; }
 
 void ir_graph_destroy(ir_graph *g) {

@@ -36,6 +36,11 @@ void ir_graph_destroy(ir_graph *g);
  * A runtime has one platform, so its programs' signatures need not say it. */
 void ir_graph_set_xla_cpu(ir_graph *g, bool on);
 bool ir_graph_xla_cpu(const ir_graph *g);
+/* Largest count of elements a float sum adds in one pass (lower/reduce.c's
+ * blocked sums: longer sums add blocks of it, then the blocks' sums); 0: one
+ * pass, whatever the count (TPUC_SUM_BLOCK). */
+void ir_graph_set_sum_block(ir_graph *g, int64_t n);
+int64_t ir_graph_sum_block(const ir_graph *g);
 /* With `on`, every floating-point dot_general's right operand passes through an
  * identity XLA cannot see through (a select on replica_id), so that it is never a
  * bare parameter of the program. XLA's CPU runtime, when it runs a dot through

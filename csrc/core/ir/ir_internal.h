@@ -39,6 +39,7 @@ struct ir_graph {
   int nparams;
   bool xla_cpu; /* lowered for XLA's CPU compiler (ir_graph_set_xla_cpu) */
   bool guard_dot_rhs; /* ir_graph_set_guard_dot_rhs */
+  int64_t sum_block;  /* ir_graph_set_sum_block */
   char *error;
 };
 

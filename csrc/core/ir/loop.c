@@ -50,6 +50,7 @@ bool ir_loop_begin(ir_graph *g, ir_loop *l, const tv *init, int n) {
   g->nodes[node].extra = body; /* owned by g from here on */
   g->nodes[node].nresults = n + 1;
   ir_graph_set_xla_cpu(body, g->xla_cpu);
+  ir_graph_set_sum_block(body, g->sum_block);
   body->guard_dot_rhs = g->guard_dot_rhs;
   l->body = body;
   l->node = node;

@@ -88,6 +88,9 @@ struct tpuc_runtime {
    * x @ W^T as (W @ x^T)^T on XLA CPU (TPUC_DOT_REWRITE), in-place slice updates at an opaque
    * start (TPUC_SLICE_INPLACE), scalar argument buffers kept per plan (TPUC_SCALAR_CACHE) */
   bool dot_rewrite, slice_inplace, scalar_cache;
+  /* float sums add at most this many elements per pass (TPUC_SUM_BLOCK, default 256; 0: one
+   * pass): lower/reduce.c */
+  int64_t sum_block;
   /* no storage's buffer is above rank 1 (TPUC_FLAT_BUFFERS, on by default; never on TPUs, whose
    * tiled layouts make a reshape a copy): a program's signature then does not depend on which
    * shape a storage was last written at, so fewer programs are compiled. 0-d values stay

@@ -270,6 +270,11 @@ static tpuc_status *runtime_create(const tpuc_runtime_options *opts,
   rt->dot_rewrite = switch_on("TPUC_DOT_REWRITE");
   rt->slice_inplace = switch_on("TPUC_SLICE_INPLACE");
   rt->scalar_cache = switch_on("TPUC_SCALAR_CACHE");
+  {
+    const char *v = getenv("TPUC_SUM_BLOCK");
+    long long b = v && *v ? atoll(v) : 256;
+    rt->sum_block = b >= 2 ? (int64_t)b : 0;
+  }
   /* on by default (docs/execution.md, "Fewer programs"): rank-1 storage buffers, so a
    * program's signature does not depend on the shape a storage was last written at; never
    * on a TPU, whose tiled layouts make a reshape a copy. Merged pointwise calls follow it
