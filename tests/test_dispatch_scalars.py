@@ -90,7 +90,7 @@ def zero_dim_mismatches(mode: str) -> dict:
 def test_zero_dim_tensor_and_python_number_compute_in_the_tensors_dtype(mode) -> None:
     """`loss * 0.01` with a 0-dim float32 loss computes in float32 with 0.01 rounded to
     float32, as the CPU and CUDA do. Uploaded as a float64 0-dim tensor the Python number
-    promoted the computation to float64 (csrc/torch/native.cpp host_operand_dtype): a result
+    promoted the computation to float64 (csrc/torch/operands.cpp host_operand_dtype): a result
     one rounding off in about a third of the values (ASGD's step sizes drifted from the
     CPU's), and a float64 program. Each op's first call takes the boxed kernel, the others
     the unboxed one (arith.cpp); test_zero_dim_boxed_path runs all through the boxed one.

@@ -335,7 +335,7 @@ def test_overlapping_writes_raise_pytorchs_error(mode, case) -> None:
     """A write that holds one element twice or overlaps its input in part raises on the CPU
     and CUDA (TensorIterator's checks); on "tpu" it gave a clone's result, because copy_ hands a
     tpu copy to _copy_from before those checks and the Meta kernels do not check (copy.cpp,
-    native.cpp check_written_overlap, arith.cpp)."""
+    operands.cpp check_written_overlap, arith.cpp)."""
     torch.tpu.set_eager_mode(mode)
     f = _OVERLAP_CASES[case]
     with pytest.raises(RuntimeError, match="unsupported operation") as cpu:

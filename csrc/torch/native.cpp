@@ -7,7 +7,6 @@
 #include "ops.h"
 
 #include <ATen/EmptyTensor.h>
-#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <pybind11/pybind11.h>
@@ -73,41 +72,6 @@ bool describe(const at::Tensor& t, tpuc_tensor* out) {
   }
   out->offset = impl->storage_offset();
   return true;
-}
-
-void check_written_overlap(const at::Tensor& written, const at::Tensor* inputs, size_t n) {
-  if (!written.defined() || !written.is_privateuseone()) return;
-  at::assert_no_internal_overlap(written);
-  for (size_t i = 0; i < n; ++i)
-    if (inputs[i].defined() && inputs[i].is_privateuseone())
-      at::assert_no_partial_overlap(written, inputs[i]);
-}
-
-c10::ScalarType host_operand_dtype(const at::Tensor& host, c10::ScalarType common, bool arithmetic) {
-  const c10::ScalarType st = host.scalar_type();
-  if (!host.unsafeGetTensorImpl()->is_wrapped_number()) return st;
-  const bool half = common == c10::ScalarType::Half || common == c10::ScalarType::BFloat16;
-  bool single = common == c10::ScalarType::Float || (arithmetic && half);
-  if (c10::isIntegralType(common, /*includeBool=*/true)) {
-    // int tensor * 0.1 computes in the default dtype: float32 unless a program set float64
-    const c10::ScalarType d = c10::typeMetaToScalarType(c10::get_default_dtype());
-    if (d == c10::ScalarType::Double) return st;
-    single = d == c10::ScalarType::Float || (arithmetic && (d == c10::ScalarType::Half ||
-                                                            d == c10::ScalarType::BFloat16));
-  }
-  if (st == c10::ScalarType::Double && (single || common == c10::ScalarType::ComplexFloat))
-    return c10::ScalarType::Float;
-  if (st == c10::ScalarType::ComplexDouble && (single || common == c10::ScalarType::ComplexFloat))
-    return c10::ScalarType::ComplexFloat;
-  return st;
-}
-
-at::Tensor upload_host_operand(const at::Tensor& host, c10::ScalarType common, bool arithmetic,
-                               c10::DeviceIndex device) {
-  const c10::ScalarType st = host_operand_dtype(host, common, arithmetic);
-  at::Tensor dev = empty_tpu(host.sizes(), {}, st, device);
-  dev.copy_(host);  // converted on the host (copy.cpp): round to nearest even, as the CPU's cast
-  return dev;
 }
 
 namespace {
@@ -732,17 +696,7 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
         }
       }
     }
-    if (info.pointwise) {  // PyTorch's overlap errors (check_written_overlap)
-      c10::SmallVector<at::Tensor, 4> inputs;
-      for (size_t i = 0; i < nargs; ++i) {
-        const c10::IValue& v = (*stack)[begin + i];
-        if (!info.writes(i) && v.isTensor()) inputs.push_back(v.toTensor());
-      }
-      for (size_t j = 0; j < nargs; ++j) {
-        const c10::IValue& v = (*stack)[begin + j];
-        if (info.writes(j) && v.isTensor()) check_written_overlap(v.toTensor(), inputs.data(), inputs.size());
-      }
-    }
+    if (info.pointwise) check_pointwise_writes(info, *stack, begin, nargs);  // operands.cpp
     // Then the arguments the op writes without returning them (_foreach_*_,
     // _fused_adamw_, native_batch_norm's running stats), in argument order.
     for (int j : info.unreturned_writes) {

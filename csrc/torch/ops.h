@@ -132,10 +132,10 @@ std::shared_ptr<const OpInfo::MetaResult> cached_binary_meta(OpInfo& info, const
 at::Tensor allocate_like_meta(const at::Tensor& m, c10::DeviceIndex device);
 // Makes a mutated argument's metadata what the Meta kernel made it.
 void follow_meta(const at::Tensor& real, const at::Tensor& m);
-// A host operand of an op (a 0-dim CPU tensor, CPU indices) on the device.
-// A wrapped number (the 0.5 of `loss * 0.5`, a double) ranks below every
-// tensor in PyTorch's type promotion, a 0-dim one too, but the core sees only
-// tensors: uploaded as float64, `f32 0-dim * 0.5` computed in float64, one
+// operands.cpp: a host operand of an op (a 0-dim CPU tensor, CPU indices) on
+// the device. A wrapped number (the 0.5 of `loss * 0.5`, a double) ranks below
+// every tensor in PyTorch's type promotion, a 0-dim one too, but the core sees
+// only tensors: uploaded as float64, `f32 0-dim * 0.5` computed in float64, one
 // rounding off the CPU's and CUDA's result and a float64 program (which a TPU
 // emulates); `int tensor * 0.1` computed in float64 too, where PyTorch
 // computes in the default dtype. So a wrapped float (complex) number goes up
@@ -144,16 +144,20 @@ void follow_meta(const at::Tensor& real, const at::Tensor& m);
 // div, whose kernels compute 16-bit types in float32), float16 or bfloat16;
 // with integer or bool tensors, when the default dtype is float32: the
 // conversion the CPU kernel makes. Anything else goes up as it is.
-// The overlap errors a pointwise op's TensorIterator raises on the CPU and
-// CUDA (its Meta kernel does not: Meta tensors have no memory): a written
-// tensor must not hold one element twice (an expand), nor overlap an input
-// in part (x[1:].add_(x[:-1])). tpuc computes from the values before the op,
-// so without the check such a call gives a clone's result where PyTorch
-// raises.
-void check_written_overlap(const at::Tensor& written, const at::Tensor* inputs, size_t n);
 c10::ScalarType host_operand_dtype(const at::Tensor& host, c10::ScalarType common, bool arithmetic);
 at::Tensor upload_host_operand(const at::Tensor& host, c10::ScalarType common, bool arithmetic,
                                c10::DeviceIndex device);
+// operands.cpp: the overlap errors a pointwise op's TensorIterator raises on
+// the CPU and CUDA (its Meta kernel does not: Meta tensors have no memory): a
+// written tensor must not hold one element twice (an expand), nor overlap an
+// input in part (x[1:].add_(x[:-1])). tpuc computes from the values before
+// the op, so without the check such a call gives a clone's result where
+// PyTorch raises.
+void check_written_overlap(const at::Tensor& written, const at::Tensor* inputs, size_t n);
+// The same for a boxed call of an op tagged pointwise: each argument it writes
+// against the others.
+void check_pointwise_writes(const OpInfo& info, const torch::jit::Stack& stack, size_t begin,
+                            size_t nargs);
 
 // arith.cpp: tpuc's PrivateUse1 kernels of the arithmetic ops (the unboxed
 // fast path, else the boxed kernel), for arith_autograd.cpp to call directly.
