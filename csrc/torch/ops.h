@@ -52,7 +52,7 @@ struct OpInfo {
   std::vector<int> ret_alias_arg;
   std::vector<int> unreturned_writes;
   bool meta_uses_scalar_values = false;  // arange/linspace: Scalars shape the output
-  bool pointwise = false;  // tagged pointwise: TensorIterator's overlap checks apply (native.cpp)
+  bool pointwise = false;  // tagged pointwise: TensorIterator's overlap checks apply (operands.cpp)
   // Special handling, decided once per operator (never by name per call):
   int mask_indices_arg = -1;  // index ops: `indices` (Tensor?[]) whose masks become long indices
   int output_size_arg = -1;   // repeat_interleave.Tensor: output_size, filled from the repeats
