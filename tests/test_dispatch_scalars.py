@@ -64,7 +64,11 @@ def zero_dim_mismatches(mode: str) -> dict:
     """{(dtype, op): how many of 64 values differ from the CPU}, for 0-dim float32,
     bfloat16 (multiplication and division) and complex64 tensors, and how many of 600
     elements of an int32 tensor."""
-    torch.tpu.set_eager_mode(mode)
+    with torch.tpu.eager_mode(mode):
+        return _zero_dim_mismatches()
+
+
+def _zero_dim_mismatches() -> dict:
     gen = torch.Generator().manual_seed(0)
     ops = _zero_dim_ops()
     out = {}
@@ -112,10 +116,12 @@ def test_zero_dim_boxed_path() -> None:
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_default_dtype_change_reaches_cached_meta_results(mode) -> None:
+def test_default_dtype_change_reaches_cached_meta_results(request, mode) -> None:
     """The Meta-result cache (csrc/torch/native.cpp) keyed calls by their arguments only, so
     after torch.set_default_dtype(torch.float64) `int tensor * 0.1` still returned float32
     (the first call's result). Every key now starts with the default dtype."""
+    before = torch.tpu.get_eager_mode()
+    request.addfinalizer(lambda: torch.tpu.set_eager_mode(before))
     torch.tpu.set_eager_mode(mode)
     a = torch.arange(6)
     t = a.to("tpu")

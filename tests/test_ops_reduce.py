@@ -132,13 +132,15 @@ def test_float_sums_over_leading_or_trailing_dims_are_not_sequential() -> None:
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_long_float32_sums_are_as_accurate_as_the_cpus(mode) -> None:
+def test_long_float32_sums_are_as_accurate_as_the_cpus(request, mode) -> None:
     """XLA CPU's dot adds each row in one running sum: the sum of 4 million uniform float32
     values erred by ~2e-5 relative (the CPU's cascade sum: ~4e-8), and column sums of 16384
     rows by ~1e-5. lower/reduce.c sums in levels of at most TPUC_SUM_BLOCK (256) elements.
     Bound: assert_as_accurate, the CPU's own error against float64 (any CPU)."""
     from tpu_testing import assert_as_accurate
 
+    before = torch.tpu.get_eager_mode()
+    request.addfinalizer(lambda: torch.tpu.set_eager_mode(before))
     torch.tpu.set_eager_mode(mode)
     g = torch.Generator().manual_seed(0)
     x = torch.rand(4_000_000, generator=g)

@@ -331,11 +331,13 @@ _NO_OVERLAP_CASES = {
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 @pytest.mark.parametrize("case", sorted(_OVERLAP_CASES))
-def test_overlapping_writes_raise_pytorchs_error(mode, case) -> None:
+def test_overlapping_writes_raise_pytorchs_error(request, mode, case) -> None:
     """A write that holds one element twice or overlaps its input in part raises on the CPU
     and CUDA (TensorIterator's checks); on "tpu" it gave a clone's result, because copy_ hands a
     tpu copy to _copy_from before those checks and the Meta kernels do not check (copy.cpp,
     operands.cpp check_written_overlap, arith.cpp)."""
+    before = torch.tpu.get_eager_mode()
+    request.addfinalizer(lambda: torch.tpu.set_eager_mode(before))
     torch.tpu.set_eager_mode(mode)
     f = _OVERLAP_CASES[case]
     with pytest.raises(RuntimeError, match="unsupported operation") as cpu:
@@ -347,7 +349,9 @@ def test_overlapping_writes_raise_pytorchs_error(mode, case) -> None:
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 @pytest.mark.parametrize("case", sorted(_NO_OVERLAP_CASES))
-def test_writes_pytorch_allows_still_run(mode, case) -> None:
+def test_writes_pytorch_allows_still_run(request, mode, case) -> None:
+    before = torch.tpu.get_eager_mode()
+    request.addfinalizer(lambda: torch.tpu.set_eager_mode(before))
     torch.tpu.set_eager_mode(mode)
     f = _NO_OVERLAP_CASES[case]
     assert torch.equal(f("tpu").cpu(), f("cpu"))

@@ -710,16 +710,7 @@ bool run_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     //    ops without a Generator argument, like native_dropout). A random op
     //    draws for its largest output or tensor argument before the generator
     //    (multinomial: a key per category, more than the samples it returns).
-    // (first, the tpu tensors' promoted dtype: a wrapped number's upload dtype, operands.cpp)
-    for (size_t i = 0; i < nargs; ++i) {
-      const c10::IValue& v = (*stack)[begin + i];
-      if (info.kinds[i] != Kind::Tensor || !v.isTensor()) continue;
-      const at::Tensor& t = v.toTensor();
-      if (t.defined() && t.is_privateuseone())
-        call.common = call.common == c10::ScalarType::Undefined
-                          ? t.scalar_type()
-                          : c10::promoteTypes(call.common, t.scalar_type());
-    }
+    call.common = tpu_tensors_dtype(info, *stack, begin, nargs);  // operands.cpp
     for (size_t i = 0; i < nargs; ++i) {
       const c10::IValue& v = (*stack)[begin + i];
       if (v.isTensor() && v.toTensor().defined()) draws = std::max(draws, v.toTensor().numel());

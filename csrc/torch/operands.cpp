@@ -32,6 +32,22 @@ void check_pointwise_writes(const OpInfo& info, const torch::jit::Stack& stack, 
   }
 }
 
+c10::ScalarType tpu_tensors_dtype(const OpInfo& info, const torch::jit::Stack& stack, size_t begin,
+                                  size_t nargs) {
+  c10::ScalarType common = c10::ScalarType::Undefined;
+  for (size_t i = 0; i < nargs; ++i) {
+    const c10::IValue& v = stack[begin + i];
+    if (info.kinds[i] != Kind::Tensor || !v.isTensor()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.is_privateuseone()) continue;
+    const c10::ScalarType st = t.scalar_type();
+    // promoteTypes refuses uint16/32/64 (PyTorch promotes them with nothing): none then
+    if (c10::isBarebonesUnsignedType(st)) return c10::ScalarType::Undefined;
+    common = common == c10::ScalarType::Undefined ? st : c10::promoteTypes(common, st);
+  }
+  return common;
+}
+
 c10::ScalarType host_operand_dtype(const at::Tensor& host, c10::ScalarType common, bool arithmetic) {
   const c10::ScalarType st = host.scalar_type();
   if (!host.unsafeGetTensorImpl()->is_wrapped_number()) return st;

@@ -145,6 +145,10 @@ void follow_meta(const at::Tensor& real, const at::Tensor& m);
 // with integer or bool tensors, when the default dtype is float32: the
 // conversion the CPU kernel makes. Anything else goes up as it is.
 c10::ScalarType host_operand_dtype(const at::Tensor& host, c10::ScalarType common, bool arithmetic);
+// `common` for a boxed call: the promoted dtype of its tpu Tensor arguments
+// (Undefined when there are none, or one is uint16/32/64).
+c10::ScalarType tpu_tensors_dtype(const OpInfo& info, const torch::jit::Stack& stack, size_t begin,
+                                  size_t nargs);
 at::Tensor upload_host_operand(const at::Tensor& host, c10::ScalarType common, bool arithmetic,
                                c10::DeviceIndex device);
 // operands.cpp: the overlap errors a pointwise op's TensorIterator raises on

@@ -169,11 +169,14 @@ def _to(x: Any, device: str) -> Any:
     if isinstance(x, torch.Tensor):
         if device == "cpu":
             return x
+        if x.dim() and 0 in x.stride() and x.numel():
+            # an overlapping (expanded) layout: PyTorch refuses to copy into one, so the
+            # distinct elements go up and are expanded on the device
+            one = tuple(slice(0, 1) if s == 0 else slice(None) for s in x.stride())
+            return x[one].contiguous().to(device).expand(x.shape)
         # keep the layout: copy the base storage, then view it the same way
         base = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=device)
         base.copy_(x)
-        if x.dim() and 0 in x.stride() and x.numel():
-            return x.contiguous().to(device)[:1].expand(x.shape) if x.stride(0) == 0 else base
         return base
     return x
 
