@@ -7,7 +7,6 @@
 #include "ops.h"
 
 #include <ATen/MemoryOverlap.h>
-#include <c10/util/SmallVector.h>
 
 namespace tpuc_torch {
 
@@ -21,14 +20,19 @@ void check_written_overlap(const at::Tensor& written, const at::Tensor* inputs, 
 
 void check_pointwise_writes(const OpInfo& info, const torch::jit::Stack& stack, size_t begin,
                             size_t nargs) {
-  c10::SmallVector<at::Tensor, 4> inputs;
-  for (size_t i = 0; i < nargs; ++i) {
-    const c10::IValue& v = stack[begin + i];
-    if (!info.writes(i) && v.isTensor()) inputs.push_back(v.toTensor());
-  }
+  // by reference only: a copy of a tensor Python holds takes the GIL (native.cpp's add_tensor)
   for (size_t j = 0; j < nargs; ++j) {
-    const c10::IValue& v = stack[begin + j];
-    if (info.writes(j) && v.isTensor()) check_written_overlap(v.toTensor(), inputs.data(), inputs.size());
+    const c10::IValue& w = stack[begin + j];
+    if (!info.writes(j) || !w.isTensor()) continue;
+    const at::Tensor& written = w.toTensor();
+    if (!written.defined() || !written.is_privateuseone()) continue;
+    at::assert_no_internal_overlap(written);
+    for (size_t i = 0; i < nargs; ++i) {
+      const c10::IValue& v = stack[begin + i];
+      if (info.writes(i) || !v.isTensor()) continue;
+      const at::Tensor& input = v.toTensor();
+      if (input.defined() && input.is_privateuseone()) at::assert_no_partial_overlap(written, input);
+    }
   }
 }
 
