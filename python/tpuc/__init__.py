@@ -11,6 +11,7 @@ Neither import ever fails because of tpuc: problems become a warning and
 from __future__ import annotations
 
 import atexit
+import sys
 import warnings
 
 __version__ = "0.1.0"
@@ -62,6 +63,9 @@ def _register() -> None:
         from . import device
 
         torch._register_device_module("tpu", device)
+        # `import torch.tpu.amp` / `from torch.tpu.amp import autocast`, as for torch.cuda
+        sys.modules.setdefault("torch.tpu.amp", device.amp)
+        sys.modules.setdefault("torch.tpu.nvtx", device.nvtx)
     if not hasattr(torch.Tensor, "is_tpu"):
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

@@ -28,6 +28,10 @@ __all__ = [
     "launch_blocking", "set_launch_blocking", "unavailable_reason",
     "memory_summary", "set_per_process_memory_fraction", "get_per_process_memory_fraction",
     "check_bounds", "set_check_bounds", "OutOfMemoryError", "mem_get_info",
+    "init", "device_of", "is_bf16_supported", "is_tf32_supported", "is_current_stream_capturing",
+    "ipc_collect", "memory_cached", "max_memory_cached", "reset_max_memory_allocated",
+    "reset_max_memory_cached", "reset_accumulated_memory_stats", "memory_stats_as_nested_dict",
+    "amp", "nvtx",
 ]
 
 OutOfMemoryError = torch.OutOfMemoryError  # what an exhausted tpu raises (torch.cuda has it too)
@@ -119,6 +123,38 @@ class device:
     def __exit__(self, *exc: object) -> None:
         if self.idx >= 0 and self.prev_idx != self.idx:
             set_device(self.prev_idx)
+
+
+class device_of(device):
+    """Makes the device of ``obj`` (a tensor or storage) current for the body; does nothing
+    for an object that is not on "tpu" (as ``torch.cuda.device_of``)."""
+
+    def __init__(self, obj: Any) -> None:
+        super().__init__(obj.get_device() if obj.device.type == "tpu" else None)
+
+
+def init() -> None:
+    """Starts the runtime (loads the PJRT plugin) now rather than at the first tpu op."""
+    device_count()
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True: every PJRT device tpuc runs on computes bfloat16 (False when none is available)."""
+    return is_available()
+
+
+def is_tf32_supported() -> bool:
+    """False: float32 matmuls on "tpu" are not computed in TensorFloat-32."""
+    return False
+
+
+def is_current_stream_capturing() -> bool:
+    """False: "tpu" has no CUDA-graph capture (torch.compile(backend="tpu") plays that part)."""
+    return False
+
+
+def ipc_collect() -> None:
+    """Nothing to collect: tpu tensors are not shared between processes by IPC handles."""
 
 
 def synchronize(device: _DeviceLike = None) -> None:
@@ -269,6 +305,52 @@ def max_memory_reserved(device: _DeviceLike = None) -> int:
 
 def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
     _C._reset_peak_memory_stats(_get_device_index(device))
+
+
+def _renamed(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"`torch.tpu.{old}` has been renamed to `torch.tpu.{new}`", FutureWarning,
+                  stacklevel=3)
+
+
+def memory_cached(device: _DeviceLike = None) -> int:
+    """Deprecated (as in torch.cuda); see ``memory_reserved``."""
+    _renamed("memory_cached", "memory_reserved")
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: _DeviceLike = None) -> int:
+    """Deprecated (as in torch.cuda); see ``max_memory_reserved``."""
+    _renamed("max_memory_cached", "max_memory_reserved")
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_allocated(device: _DeviceLike = None) -> None:
+    """Resets the peak of allocated bytes (``reset_peak_memory_stats``: one peak here)."""
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: _DeviceLike = None) -> None:
+    """Resets the peak of reserved bytes (the same peak: tpuc caches no memory)."""
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
+    """Nothing to reset: the accumulated counters (allocations, OOMs) count since start-up."""
+    _get_device_index(device)
+
+
+def memory_stats_as_nested_dict(device: _DeviceLike = None) -> dict[str, Any]:
+    """``memory_stats()`` with its dotted keys as nested dicts, as torch.cuda's."""
+    out: dict[str, Any] = {}
+    for key, value in memory_stats(device).items():
+        node = out
+        *path, last = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 def empty_cache() -> None:
@@ -482,6 +564,7 @@ def reset_stats() -> None:
     _C._reset_fallback_counts()
 
 
+from . import amp, nvtx  # noqa: E402,F401  (torch.tpu.amp, torch.tpu.nvtx as torch.cuda's)
 from .eager import eager_mode, flush, get_eager_mode, set_eager_mode  # noqa: E402,F401
 from .eager import set_fused_replay  # noqa: E402,F401
 from .dynamo import graph_replay, set_graph_replay  # noqa: E402,F401
