@@ -1,6 +1,7 @@
 // device.cpp — what makes "tpu" a device to PyTorch: the device guard
 // (per-thread current device; one in-order stream per device; events that
-// complete when the device is synchronized), the PrivateUse1 hooks, and the
+// complete when the device is synchronized, and timing events that place a
+// marker, runtime/marker.c), the PrivateUse1 hooks, and the
 // per-device random generator (a seed and an offset, as counter-based RNGs
 // on accelerators use them).
 #include "tpuc_torch.h"
@@ -23,7 +24,17 @@ namespace {
 
 struct TpuEvent {
   c10::DeviceIndex device;
+  bool timing;                    // torch.Event(enable_timing=True): a marker per record
+  tpuc_marker* marker = nullptr;  // the last record's (timing events only)
+  ~TpuEvent() { tpuc_marker_release(marker); }
 };
+
+int64_t marker_stamp(const TpuEvent* e) {
+  TORCH_CHECK(e->marker, "tpuc: the event was not recorded with enable_timing=True");
+  int64_t ns = 0;
+  check(tpuc_marker_wait(e->marker, &ns), "timing event");
+  return ns;
+}
 
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kTpu; }
@@ -61,22 +72,47 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex index,
-              const c10::EventFlag) const override {
+              const c10::EventFlag flag) const override {
     c10::DeviceIndex d = index >= 0 ? index : stream.device_index();
-    if (!*event) *event = new TpuEvent{d};
-    else static_cast<TpuEvent*>(*event)->device = d;
+    bool timing = flag == c10::EventFlag::BACKEND_DEFAULT;  // what enable_timing=True asks for
+    tpuc_marker* marker = nullptr;
+    if (timing) check(tpuc_marker_record(runtime(), d, &marker), "recording a timing event");
+    auto* e = static_cast<TpuEvent*>(*event);
+    if (!e) {
+      *event = new TpuEvent{d, timing, marker};
+      return;
+    }
+    e->device = d;
+    e->timing = timing;
+    tpuc_marker_release(e->marker);
+    e->marker = marker;
   }
   void block(void*, const c10::Stream&) const override {}  // a single in-order stream
-  bool queryEvent(void* event) const override { return event == nullptr; }
+  // Whether the work before the record has finished: a timing event asks its marker; any
+  // other waits for the device (it has nothing to ask), so a polling loop ends.
+  bool queryEvent(void* event) const override {
+    auto* e = static_cast<TpuEvent*>(event);
+    if (!e) return true;
+    if (e->marker) return tpuc_marker_done(e->marker);
+    synchronize(e->device);
+    return true;
+  }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     delete static_cast<TpuEvent*>(event);
   }
   void synchronizeEvent(void* event) const override {
-    if (event) synchronize(static_cast<TpuEvent*>(event)->device);
+    auto* e = static_cast<TpuEvent*>(event);
+    if (!e) return;
+    if (e->marker) (void)marker_stamp(e);  // the work before this event only
+    else synchronize(e->device);
   }
-  double elapsedTime(void*, void*, const c10::DeviceIndex) const override {
-    TORCH_CHECK(false, "tpuc: events on tpu do not measure time; time on the host after "
-                       "torch.tpu.synchronize()");
+  // Milliseconds of device time between the two records, as CUDA events give them (PyTorch
+  // checks first that both are timing events, recorded and complete).
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start && end, "tpuc: both events must be recorded before elapsed_time");
+    int64_t a = marker_stamp(static_cast<TpuEvent*>(start));
+    int64_t b = marker_stamp(static_cast<TpuEvent*>(end));
+    return static_cast<double>(b - a) / 1e6;
   }
 };
 

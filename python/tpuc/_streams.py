@@ -6,8 +6,11 @@ stream per device (the C++ guard's stream; csrc/torch/device.cpp), so every
 stream object names that stream and the orderings code asks for with
 ``wait_stream`` / ``record_event`` / ``wait_event`` already hold: an op
 launched after the wait runs after everything launched before the record.
-``synchronize()`` and ``Event.synchronize()`` wait for the device's pending
-work; ``query()`` answers after waiting for it (true, never a stale false).
+``synchronize()`` waits for the device's pending work. A timing event
+(``enable_timing=True``) is a marker behind the work before it: its
+``synchronize()``, ``query()`` and ``elapsed_time()`` ask the marker. Another
+event's ``synchronize()`` and ``query()`` wait for the device (true, never a
+stale false).
 """
 from __future__ import annotations
 
@@ -35,20 +38,24 @@ class Stream(torch.Stream):
         return True
 
 
-class Event(torch.Event):
-    """An event of "tpu": ``record()`` marks the stream's position."""
+class _EventMeta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "tpu"
+
+
+class Event(torch.Event, metaclass=_EventMeta):
+    """An event of "tpu": ``record()`` marks the stream's position. With
+    ``enable_timing=True`` each record places a marker behind the device's work
+    (recorded ops are flushed first) and ``elapsed_time`` gives the milliseconds of
+    device time between two records, as CUDA events do (runtime/marker.c).
+
+    The object made is a plain ``torch.Event`` of device "tpu" (and an instance of this
+    class): PyTorch's ``elapsed_time`` accepts only that type as its argument."""
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False,
                 interprocess: bool = False) -> "Event":
-        if enable_timing:
-            raise RuntimeError("tpu events do not measure time; time on the host around "
-                               "torch.tpu.synchronize() (or see bench/)")
-        return super().__new__(cls, device="tpu", enable_timing=False, blocking=blocking,
-                               interprocess=interprocess)
-
-    def query(self) -> bool:
-        self.synchronize()
-        return True
+        return torch.Event("tpu", enable_timing=enable_timing, blocking=blocking,  # type: ignore[return-value]
+                           interprocess=interprocess)
 
 
 def current_stream(device: _DeviceLike = None) -> torch.Stream:

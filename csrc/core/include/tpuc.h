@@ -521,6 +521,19 @@ tpuc_status *tpuc_replay_launch(tpuc_replay *r, tpuc_storage *const *slots, cons
  * error among them. */
 tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device);
 
+/* ---- timing markers (runtime/marker.c): torch.tpu.Event(enable_timing=True) ----
+ * tpuc_marker_record flushes `device`'s recorded ops and places a marker
+ * behind everything launched there, without waiting. When the device has run
+ * that work the host's monotonic clock is read (a plugin callback):
+ * tpuc_marker_wait waits for that and gives the stamp in nanoseconds (and the
+ * device error, if the work failed); tpuc_marker_done asks without waiting.
+ * The difference of two stamps is the device time between the markers. */
+typedef struct tpuc_marker tpuc_marker;
+tpuc_status *tpuc_marker_record(tpuc_runtime *rt, int device, tpuc_marker **out);
+bool tpuc_marker_done(tpuc_marker *m);
+tpuc_status *tpuc_marker_wait(tpuc_marker *m, int64_t *ns);
+void tpuc_marker_release(tpuc_marker *m);
+
 typedef struct {
   int64_t op_calls;       /* tpuc_op_run calls */
   int64_t fast_hits;      /* served by the signature cache: no text, no compile */

@@ -174,15 +174,19 @@ tpuc_status *tpuc_buffer_to_host(tpuc_buffer *b, void *dst, size_t nbytes) {
   return tpuc_oom_explain(b->rt, b->device, s, -1);
 }
 
-static tpuc_status *ready_event(tpuc_buffer *b, pj_event **ev) {
-  const tpuc_plugin *p = &b->rt->plugin;
+static tpuc_status *pj_ready_event(tpuc_runtime *rt, pj_buffer *buf, pj_event **ev) {
+  const tpuc_plugin *p = &rt->plugin;
   PJ_FN(p, PJ_SLOT_BUFFER_READY_EVENT, pj_buffer_ready_event_args, ready);
   pj_buffer_ready_event_args a = {0};
   a.struct_size = PJ_SIZE(pj_buffer_ready_event_args, event);
-  a.buffer = b->buf;
+  a.buffer = buf;
   tpuc_status *s = tpuc_plugin_error(p, ready(&a), "PJRT_Buffer_ReadyEvent");
   *ev = a.event;
   return s;
+}
+
+static tpuc_status *ready_event(tpuc_buffer *b, pj_event **ev) {
+  return pj_ready_event(b->rt, b->buf, ev);
 }
 
 tpuc_status *tpuc_buffer_await(tpuc_buffer *b) {
@@ -192,14 +196,14 @@ tpuc_status *tpuc_buffer_await(tpuc_buffer *b) {
   return tpuc_oom_explain(b->rt, b->device, s, -1);
 }
 
-bool tpuc_buffer_is_ready(tpuc_buffer *b) {
+bool tpuc_pj_buffer_is_ready(tpuc_runtime *rt, pj_buffer *buf) {
   pj_event *ev = NULL;
-  tpuc_status *s = ready_event(b, &ev);
+  tpuc_status *s = pj_ready_event(rt, buf, &ev);
   if (s) {
     tpuc_status_destroy(s);
     return true;
   }
-  const tpuc_plugin *p = &b->rt->plugin;
+  const tpuc_plugin *p = &rt->plugin;
   pj_generic_fn is_ready = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_EVENT_IS_READY);
   pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_EVENT_DESTROY);
   pj_event_is_ready_args a = {0};
@@ -217,6 +221,8 @@ bool tpuc_buffer_is_ready(tpuc_buffer *b) {
   if (destroy) tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
   return ready;
 }
+
+bool tpuc_buffer_is_ready(tpuc_buffer *b) { return tpuc_pj_buffer_is_ready(b->rt, b->buf); }
 
 typedef struct {
   tpuc_runtime *rt;

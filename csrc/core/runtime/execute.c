@@ -177,20 +177,23 @@ void tpuc_inflight_push(tpuc_runtime *rt, int device, pj_event *ev) {
   tpuc_status_destroy(tpuc_event_wait(rt, old, NULL));
 }
 
-/* Launches the barrier program on `device` and waits for it: with programs
- * run in launch order, every program launched there before it is done. */
-static tpuc_status *barrier(tpuc_runtime *rt, int device) {
+/* Launches the barrier program on `device` without waiting: with programs
+ * run in launch order, *complete is ready once every program launched there
+ * before it is done. The caller waits for or watches *complete (and destroys
+ * it) and releases *out with tpuc_barrier_output_destroy. */
+tpuc_status *tpuc_barrier_launch(tpuc_runtime *rt, int device, pj_buffer **out,
+                                 pj_event **complete) {
   const tpuc_plugin *p = &rt->plugin;
+  *out = NULL;
+  *complete = NULL;
   PJ_FN(p, PJ_SLOT_LOADED_EXECUTABLE_EXECUTE, pj_execute_args, execute);
   pthread_mutex_lock(&rt->cache_lock); /* made once, tiny */
   tpuc_status *s = rt->barrier ? NULL : tpuc_compile_barrier(rt, &rt->barrier);
   pj_loaded_executable *exe = rt->barrier;
   pthread_mutex_unlock(&rt->cache_lock);
   if (s) return s;
-  pj_buffer *out[1] = {NULL};
   pj_buffer **out_lists[1] = {out};
   pj_buffer *const *arg_lists[1] = {NULL};
-  pj_event *complete[1] = {NULL};
   pj_execute_options opts = {0};
   opts.struct_size = PJ_SIZE(pj_execute_options, num_custom_options);
   pj_execute_args a = {0};
@@ -203,15 +206,27 @@ static tpuc_status *barrier(tpuc_runtime *rt, int device) {
   a.output_lists = out_lists;
   a.device_complete_events = complete;
   a.execute_device = rt->single_device ? NULL : rt->devices[device].device;
-  s = tpuc_plugin_error(p, execute(&a), "synchronizing the device");
-  if (!s) s = tpuc_event_wait(rt, complete[0], "synchronizing the device");
-  pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(p, PJ_SLOT_BUFFER_DESTROY);
-  if (out[0] && destroy) {
-    pj_buffer_destroy_args d = {0};
-    d.struct_size = PJ_SIZE(pj_buffer_destroy_args, buffer);
-    d.buffer = out[0];
-    tpuc_status_destroy(tpuc_plugin_error(p, destroy(&d), NULL));
-  }
+  return tpuc_plugin_error(p, execute(&a), "synchronizing the device");
+}
+
+void tpuc_barrier_output_destroy(tpuc_runtime *rt, pj_buffer *out) {
+  pj_generic_fn destroy = (pj_generic_fn)tpuc_plugin_fn(&rt->plugin, PJ_SLOT_BUFFER_DESTROY);
+  if (!out || !destroy) return;
+  pj_buffer_destroy_args d = {0};
+  d.struct_size = PJ_SIZE(pj_buffer_destroy_args, buffer);
+  d.buffer = out;
+  tpuc_status_destroy(tpuc_plugin_error(&rt->plugin, destroy(&d), NULL));
+}
+
+/* Launches the barrier program on `device` and waits for it. */
+static tpuc_status *barrier(tpuc_runtime *rt, int device) {
+  pj_buffer *out = NULL;
+  pj_event *complete = NULL;
+  tpuc_status *s = tpuc_barrier_launch(rt, device, &out, &complete);
+  tpuc_status *w = tpuc_event_wait(rt, complete, "synchronizing the device");
+  if (!s) s = w;
+  else tpuc_status_destroy(w);
+  tpuc_barrier_output_destroy(rt, out);
   return s;
 }
 

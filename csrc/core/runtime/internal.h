@@ -218,6 +218,12 @@ void tpuc_inflight_push(tpuc_runtime *rt, int device, pj_event *ev);
 tpuc_status *tpuc_compile_barrier(tpuc_runtime *rt, pj_loaded_executable **out);
 /* execute.c: destroys the barrier program (tpuc_runtime_destroy) */
 void tpuc_barrier_destroy(tpuc_runtime *rt);
+/* execute.c: launches the barrier on `device` without waiting (marker.c, synchronize) */
+tpuc_status *tpuc_barrier_launch(tpuc_runtime *rt, int device, pj_buffer **out,
+                                 pj_event **complete);
+void tpuc_barrier_output_destroy(tpuc_runtime *rt, pj_buffer *out);
+/* buffer.c: whether a plugin buffer's producer has finished (true on an error: a wait returns) */
+bool tpuc_pj_buffer_is_ready(tpuc_runtime *rt, pj_buffer *buf);
 
 /* ---- buffer.c ---- */
 struct tpuc_buffer {

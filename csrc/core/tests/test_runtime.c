@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "../runtime/internal.h"
 #include "harness.h"
@@ -370,6 +371,63 @@ static void test_synchronize_barrier(void) {
   tpuc_executable_release(e);
 }
 
+/* Timing markers: each completes after the work launched before it, reads
+ * the monotonic clock then, and is released with its barrier's buffer (the
+ * accounting and ASan check the ownership). Causality bounds the stamps: a
+ * marker recorded after time t completes after t; one waited for completed
+ * before the wait returned. */
+static int64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void test_timing_markers(void) {
+  tpuc_executable *e = NULL;
+  CHECK_OK(tpuc_compile(rt, k_neg, strlen(k_neg), &e));
+  int64_t dims[1] = {4};
+  float in[4] = {1, -2, 3, -4}, got[4];
+  tpuc_buffer *a = NULL, *out = NULL;
+  CHECK_OK(tpuc_buffer_from_host(rt, 0, TPUC_F32, dims, 1, in, &a));
+  if (!e || !a) return;
+  tpuc_marker *m0 = NULL, *m1 = NULL, *m2 = NULL;
+  int64_t t_before = mono_ns();
+  CHECK_OK(tpuc_marker_record(rt, 0, &m0));
+  CHECK_OK(tpuc_execute(e, 0, &a, 1, &out, false));
+  CHECK_OK(tpuc_marker_record(rt, 0, &m1));
+  CHECK_OK(tpuc_marker_record(rt, 0, &m2));
+  if (!m0 || !m1 || !m2) return;
+  int64_t s0 = 0, s1 = 0, s2 = 0;
+  CHECK_OK(tpuc_marker_wait(m2, &s2));
+  int64_t t_after = mono_ns();
+  CHECK(tpuc_marker_done(m2));
+  CHECK(out && tpuc_buffer_is_ready(out)); /* launched before m1: done before it */
+  CHECK_OK(tpuc_marker_wait(m0, &s0));
+  CHECK_OK(tpuc_marker_wait(m1, &s1));
+  CHECK(t_before <= s0 && s0 <= s1 && s1 <= s2 && s2 <= t_after);
+  CHECK_OK(tpuc_buffer_to_host(out, got, sizeof got));
+  CHECK(got[0] == -1 && got[3] == 4);
+  /* recorded after a host wait: its stamp is later than the wait's end */
+  int64_t t_mid = mono_ns();
+  tpuc_marker *m3 = NULL;
+  CHECK_OK(tpuc_marker_record(rt, 0, &m3));
+  int64_t s3 = 0;
+  if (m3) CHECK_OK(tpuc_marker_wait(m3, &s3));
+  CHECK(s3 >= t_mid);
+  tpuc_marker *bad = NULL;
+  tpuc_status *s = tpuc_marker_record(rt, 99, &bad);
+  CHECK(s && tpuc_status_code(s) == TPUC_ERR_INVALID_ARGUMENT && !bad);
+  tpuc_status_destroy(s);
+  tpuc_marker_release(m0);
+  tpuc_marker_release(m1);
+  tpuc_marker_release(m2);
+  tpuc_marker_release(m3);
+  tpuc_marker_release(NULL);
+  tpuc_buffer_release(out);
+  tpuc_buffer_release(a);
+  tpuc_executable_release(e);
+}
+
 static void test_retain_shares(void) {
   int64_t dims[1] = {8};
   float in[8] = {0};
@@ -634,6 +692,7 @@ int main(void) {
   RUN(test_execute_errors);
   RUN(test_async_completion);
   RUN(test_synchronize_barrier);
+  RUN(test_timing_markers);
   RUN(test_retain_shares);
   RUN(test_donation);
   RUN(test_accounting_returns_to_zero);
