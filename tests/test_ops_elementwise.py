@@ -5,6 +5,7 @@ the activations — and every op runs natively (no new entry in
 torch.tpu.stats()["fallbacks"])."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -219,3 +220,55 @@ def test_random():
     assert m.shape == (1000,)
     c = torch.rand(1000, device=DEV).cpu()  # the generator advances: new numbers
     assert not torch.equal(c, a[:1000])
+
+
+def _ulp32(v: torch.Tensor) -> torch.Tensor:
+    """The float32 spacing at |v| (subnormal spacing near 0)."""
+    a = v.abs().float()
+    return (torch.nextafter(a, torch.tensor(float("inf"))) - a).double()
+
+
+def _gelu_exact64(x: torch.Tensor, approximate: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """GELU and its derivative in float64 by forms that do not cancel in the tails (PyTorch's own
+    float64 kernel returns -0 below x = -8, where the value is -7.6e-23 at -10)."""
+    x = x.double()
+    if approximate == "none":
+        cdf = 0.5 * torch.special.erfc(-x / math.sqrt(2))
+        return x * cdf, cdf + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    beta, kappa = math.sqrt(2 / math.pi), 0.044715
+    u2 = 2 * beta * (x + kappa * x**3)
+    s, s_neg = torch.sigmoid(u2), torch.sigmoid(-u2)
+    return x * s, s + 2 * x * s * s_neg * beta * (1 + 3 * kappa * x * x)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_is_accurate_in_both_tails(approximate):
+    """GELU and its gradient, elementwise against float64, from -1e10 to 1e10: each value within
+    4x the largest of the CPU's own error, 8 float32 ulps of the exact value (XLA's float32
+    erfc and logistic err by a few ulps), and, where |x| < 2, one float32 rounding of the
+    formula's terms (at most (1 + |x|) |grad|: float32 computes Phi(x) there as 1 - erf, and
+    the derivative is a difference of terms near x = -0.75). Before, the exact GELU computed
+    0.5 x (1 + erf(x / sqrt 2)) and XLA's erf stops short of -1: gelu(-10) was -8.9e-7 and
+    gelu(-1e10) -894, where the CPU gives -0 (the exact value is -7.6e-23); the tanh form lost
+    the tail the same way (tests/reliability/test_fuzz.py found it)."""
+    x = torch.cat([torch.linspace(-20, 20, 4001), torch.tensor([-1e10, -1e4, -100.0, 100.0, 1e4, 1e10])])
+    g = torch.linspace(0.5, 1.5, x.numel())
+
+    def run(dev_x, dev_g):
+        t = dev_x.clone().requires_grad_()
+        y = F.gelu(t, approximate=approximate)
+        y.backward(dev_g)
+        return y.detach().cpu().double(), t.grad.cpu().double()
+
+    exact_y, exact_d = _gelu_exact64(x, approximate)
+    exact_g = exact_d * g.double()
+    cpu_y, cpu_g = run(x, g)
+    dev_y, dev_g = run(x.to(DEV), g.to(DEV))
+    x64, g64 = x.double(), g.double()
+    terms = torch.where(x64.abs() < 2, (1 + x64.abs()) * torch.finfo(torch.float32).eps, 0.0)
+    for got, cpu, exact, scale in ((dev_y, cpu_y, exact_y, terms), (dev_g, cpu_g, exact_g, terms * g64)):
+        bound = 4 * torch.maximum(torch.maximum((cpu - exact).abs(), 8 * _ulp32(exact)), scale)
+        err = (got - exact).abs()
+        worst = (err - bound).argmax()
+        assert (err <= bound).all(), (f"x={x[worst].item()}: tpu {got[worst].item()}, "
+                                      f"cpu {cpu[worst].item()}, exact {exact[worst].item()}")

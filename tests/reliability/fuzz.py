@@ -121,10 +121,13 @@ KNOWN: dict[tuple[str, Any], str] = {
     ("norm", torch.float32): "squares overflow float32 for |x| > 1.8e19 (CPU avoids it)",
     ("norm", torch.float16): "the same overflow in float16 (|x| > 256)",
     ("norm", torch.bfloat16): "the same overflow in bfloat16",
-    # found by seed 2 call 306: gelu(-100) is -8.9e-6 on tpu, -0 on the CPU (XLA's erf stops
-    # short of -1), and gelu(+-inf) is +-inf on tpu where the CPU gives nan. Regression test:
-    # tests/reliability/test_fuzz.py::test_gelu_large_negative_inputs (xfail, strict).
-    ("gelu", None): "large negative inputs and infinities (see above)",
+    # found by seed 2 call 306: gelu(-100) was -8.9e-6 on tpu, -0 on the CPU (XLA's erf stops
+    # short of -1); fixed 2026-12-07 (gelu as x Phi(x) with Phi from erfc; regression tests
+    # tests/reliability/test_fuzz.py::test_gelu_large_negative_inputs and
+    # tests/test_ops_elementwise.py::test_gelu_is_accurate_in_both_tails). Still different:
+    # gelu(+inf) is inf on tpu, as the CPU's float64 and tanh kernels give it, where the CPU's
+    # float32 kernel gives nan.
+    ("gelu", None): "gelu(+inf): inf on tpu, nan from the CPU's float32 kernel (see above)",
 }
 
 

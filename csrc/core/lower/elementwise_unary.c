@@ -214,16 +214,27 @@ static int gelu_mode(const tpuc_lower_ctx *cx, int i) {
 #define GELU_BETA 0.7978845608028654 /* sqrt(2 / pi) */
 #define GELU_KAPPA 0.044715
 
+/* The normal CDF Phi(x) as 0.5 erfc(-x / sqrt 2), and tanh's 0.5 (1 + tanh(u)) as
+ * sigmoid(2u): PyTorch's formulas, 1 + erf(..) and 1 + tanh(..), cancel in the negative
+ * tail, and XLA's erf and tanh stop short of -1 there, which left gelu(-10) = -8.9e-7 and
+ * gelu(-1e10) = -894 (the CPU: -0). These forms keep relative accuracy in the tail and are
+ * the same functions elsewhere. */
+static tv gelu_cdf(tpuc_lower_ctx *cx, tv x) {
+  ir_graph *g = cx->g;
+  return MUL(K(0.5), U(IR_ERFC, MUL(x, K(-SQRT1_2))));
+}
+
+static tv gelu_tanh_inner(tpuc_lower_ctx *cx, tv x) { /* sqrt(2/pi) (x + 0.044715 x^3) */
+  ir_graph *g = cx->g;
+  return MUL(K(GELU_BETA), ADD(x, MUL(K(GELU_KAPPA), MUL(MUL(x, x), x))));
+}
+
 tpuc_status *ew_gelu(tpuc_lower_ctx *cx) { /* (self, *, approximate) */
   int mode = gelu_mode(cx, 1);
   if (mode < 0) return lx_unimplemented(cx, "gelu approximation");
   SELF_OR_FAIL(0)
-  if (mode == 0) {
-    tv cdf = ADD(K(1), U(IR_ERF, MUL(x, K(SQRT1_2))));
-    return ew_finish(cx, MUL(MUL(x, K(0.5)), cdf));
-  }
-  tv inner = MUL(K(GELU_BETA), ADD(x, MUL(K(GELU_KAPPA), MUL(MUL(x, x), x))));
-  return ew_finish(cx, MUL(MUL(K(0.5), x), ADD(K(1), U(IR_TANH, inner))));
+  if (mode == 0) return ew_finish(cx, MUL(x, gelu_cdf(cx, x)));
+  return ew_finish(cx, MUL(x, U(IR_LOGISTIC, MUL(K(2), gelu_tanh_inner(cx, x)))));
 }
 
 /* ---- backward formulas: (grad_output, x or y, ...) ---- */
@@ -244,19 +255,16 @@ tpuc_status *ew_gelu_backward(tpuc_lower_ctx *cx) { /* (grad, self, *, approxima
   if (mode < 0) return lx_unimplemented(cx, "gelu approximation");
   GRAD_ARGS
   if (mode == 0) {
-    tv cdf = MUL(K(0.5), ADD(K(1), U(IR_ERF, MUL(x, K(SQRT1_2)))));
     tv pdf = MUL(U(IR_EXP, MUL(K(-0.5), MUL(x, x))), K(0.3989422804014327)); /* 1/sqrt(2 pi) */
-    return ew_finish(cx, MUL(gr, ADD(cdf, MUL(x, pdf))));
+    return ew_finish(cx, MUL(gr, ADD(gelu_cdf(cx, x), MUL(x, pdf))));
   }
-  tv x_sq = MUL(x, x);
-  tv inner = MUL(K(GELU_BETA), ADD(x, MUL(K(GELU_KAPPA), MUL(x_sq, x))));
-  tv th = U(IR_TANH, inner);
-  tv left = MUL(K(0.5), x), right = ADD(K(1), th);
-  tv left_d = MUL(K(0.5), right);
-  tv tanh_d = SUB(K(1), MUL(th, th));
-  tv inner_d = MUL(K(GELU_BETA), ADD(K(1), MUL(K(3 * GELU_KAPPA), x_sq)));
-  tv right_d = MUL(MUL(left, tanh_d), inner_d);
-  return ew_finish(cx, MUL(gr, ADD(left_d, right_d)));
+  /* d/dx [x s(2u)] = s + 2 x s (1 - s) u', s = sigmoid(2u) = 0.5 (1 + tanh u); PyTorch's
+   * 1 - tanh(u)^2 is 4 s (1 - s), with 1 - s = sigmoid(-2u): no cancellation in either tail */
+  tv u2 = MUL(K(2), gelu_tanh_inner(cx, x));
+  tv s2 = U(IR_LOGISTIC, u2), s2_neg = U(IR_LOGISTIC, ir_unary(g, IR_NEG, u2));
+  tv inner_d = MUL(K(GELU_BETA), ADD(K(1), MUL(K(3 * GELU_KAPPA), MUL(x, x))));
+  tv right_d = MUL(MUL(MUL(K(2), x), MUL(s2, s2_neg)), inner_d);
+  return ew_finish(cx, MUL(gr, ADD(s2, right_d)));
 }
 
 tpuc_status *ew_silu_backward(tpuc_lower_ctx *cx) { /* (grad, self) */
