@@ -272,3 +272,34 @@ def test_gelu_is_accurate_in_both_tails(approximate):
         worst = (err - bound).argmax()
         assert (err <= bound).all(), (f"x={x[worst].item()}: tpu {got[worst].item()}, "
                                       f"cpu {cpu[worst].item()}, exact {exact[worst].item()}")
+
+
+def test_erf_reaches_one_and_the_normal_cdf_its_tail():
+    """erf over [-12, 12], and special.ndtr and Normal.cdf in the lower tail (x <= -3.92, where
+    float32's correctly rounded erf is -1), elementwise against float64: within 4x the largest
+    of the CPU's own error and one float32 ulp of the exact value. XLA's erf stopped up to 5
+    ulps short of +-1 (0.9999997 at x = 12), so ndtr(-10) = (1 + erf(-10 / sqrt 2)) / 2,
+    PyTorch's formula, was 8.9e-8 where the CPU gives 0 (exact 7.6e-24), and every Normal.cdf
+    below -5 was off by as much. (Between, ndtr's 1 + erf cancels: its error is erf's, checked
+    by the first case.)"""
+    x = torch.linspace(-12, 12, 24001)
+    tail = x <= -3.92
+    cdf64 = 0.5 * torch.special.erfc(-x.double() / math.sqrt(2))
+
+    def normal_cdf(v):
+        return torch.distributions.Normal(torch.tensor(0.0, device=v.device),
+                                          torch.tensor(1.0, device=v.device)).cdf(v)
+
+    for name, fn, exact, where in (("erf", torch.erf, torch.erf(x.double()), x == x),
+                                   ("ndtr", torch.special.ndtr, cdf64, tail),
+                                   ("Normal.cdf", normal_cdf, cdf64, tail)):
+        got = fn(x.to(DEV)).cpu().double()[where]
+        cpu = fn(x).double()[where]
+        exact = exact[where]
+        bound = 4 * torch.maximum((cpu - exact).abs(), _ulp32(exact))
+        err = (got - exact).abs()
+        worst = (err - bound).argmax()
+        assert (err <= bound).all(), (f"{name} at x={x[where][worst].item()}: tpu {got[worst].item()}, "
+                                      f"cpu {cpu[worst].item()}, exact {exact[worst].item()}")
+    far = x.abs() >= 3.92
+    assert torch.equal(torch.erf(x[far].to(DEV)).cpu(), torch.sign(x[far]))
