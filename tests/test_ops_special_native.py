@@ -115,6 +115,28 @@ def test_polygamma(n):
     torch.testing.assert_close(g_dev.cpu().double(), g_cpu.double(), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7])
+def test_polygamma_far_below_zero(n):
+    """Below x = -15 the shift to positive x needs more terms than the lowering adds, so it
+    reflects instead: trigamma(-26.05) was 2.9e37 on tpu (403.28), and n >= 2 gave inf or nan.
+    mpmath's value is the reference (the CPU's float32 trigamma is off by 1e-5 relative there);
+    at the poles, the CPU's signed infinities (n >= 2; the CPU's trigamma gives a large finite
+    number from a rounded sine, tpu inf)."""
+    mpmath = pytest.importorskip("mpmath")
+    x = torch.tensor([-1e4 + 0.3, -500.7, -100.25, -26.05, -17.3, -16.5, -15.2, -1e6 - 0.5])
+    for dtype in (torch.float32, torch.float64):
+        xs = x.to(dtype)
+        with mpmath.workdps(40):
+            exact = torch.tensor([float(mpmath.polygamma(n, v)) for v in xs.double().tolist()],
+                                 dtype=torch.float64)
+        check_elementwise(lambda t: torch.polygamma(n, t), xs, factor=8.0, ulps=64.0, exact=exact)
+    poles = torch.tensor([-20.0, -16.0, -1000.0])
+    got = torch.polygamma(n, poles.to(DEV)).cpu()
+    assert torch.equal(got, torch.full_like(poles, float("inf") if n % 2 else -float("inf")))
+    if n >= 2:
+        assert torch.equal(got, torch.polygamma(n, poles))
+
+
 @pytest.mark.parametrize("p", [1, 3, 5])
 def test_mvlgamma(p):
     x = torch.rand(50) * 10 + (p - 1) / 2 + 0.01

@@ -103,6 +103,45 @@ static tv float_operand(tpuc_lower_ctx *cx, int i) {
   return ew_operand(cx, i, ew_out_as(cx, d));
 }
 
+/* psi_n(x) for x < -15, where the shift below would need more than M terms
+ * (it gave inf, nan or 2.9e37 for trigamma(-26.05) = 403.28): the reflection
+ *   psi_n(1 - x) + (-1)^(n+1) psi_n(x) = (-1)^n pi d^n/dx^n cot(pi x),
+ * with d^n/dx^n cot(pi x) = pi^n P_n(cot(pi x)), P_0(c) = c and
+ * P_{k+1}(c) = -(1 + c^2) P_k'(c) (coefficients made here, n known when
+ * lowering). cot has period 1, so it is taken of f = x - round(x), exact in
+ * float64. At the poles (integers) the CPU's value: +inf for odd n, -inf for
+ * even n. x is float64. */
+enum { REFLECT_MAX_N = 24 };
+
+static tv polygamma_reflected(ir_graph *g, int64_t n, tv x) {
+  double p[REFLECT_MAX_N + 2] = {0}, q[REFLECT_MAX_N + 2];
+  p[1] = 1; /* P_0(c) = c */
+  for (int64_t k = 0; k < n; k++) { /* q = -(1 + c^2) p' */
+    for (int i = 0; i <= REFLECT_MAX_N + 1; i++) q[i] = 0;
+    for (int i = 1; i <= k + 1; i++) {
+      double d = (double)i * p[i]; /* coefficient of c^(i-1) in p' */
+      q[i - 1] -= d;
+      q[i + 1] -= d;
+    }
+    for (int i = 0; i <= REFLECT_MAX_N + 1; i++) p[i] = q[i];
+  }
+  tv frac = SUB(x, U(IR_ROUND_EVEN, x));
+  /* cos(pi f) as sin(pi (1/2 - |f|)): exactly 0 at half-integers, where cos(pi/2)'s
+   * 6e-17 times P_n's coefficients left 3e-13 in psi_4(-1e6 - 0.5) = -6e-24 */
+  tv cos_pf = U(IR_SIN, MUL(K(PI), SUB(K(0.5), U(IR_ABS, frac))));
+  tv c = DIV(cos_pf, U(IR_SIN, MUL(K(PI), frac)));
+  tv poly = K(p[n + 1]);
+  for (int64_t i = n; i >= 0; i--) poly = ADD(MUL(poly, c), K(p[i]));
+  double pi_pow = PI;
+  for (int64_t i = 0; i < n; i++) pi_pow *= PI;
+  tv cot_term = MUL(K(n % 2 ? -pi_pow : pi_pow), poly); /* (-1)^n pi^(n+1) P_n */
+  tv other = ir_binary(g, IR_POLYGAMMA, K((double)n), SUB(K(1), x));
+  tv r = SUB(cot_term, other);
+  if (n % 2 == 0) r = ir_unary(g, IR_NEG, r); /* times (-1)^(n+1) */
+  tv pole = K(n % 2 ? INFINITY : -INFINITY);
+  return SEL(CMP(IR_EQ, frac, K(0)), pole, r);
+}
+
 /* (n, self) for polygamma/polygamma.out; (self, n) for the method polygamma_ */
 static tpuc_status *polygamma_at(tpuc_lower_ctx *cx, int n_arg, int self_arg) {
   ir_graph *g = cx->g;
@@ -132,6 +171,7 @@ static tpuc_status *polygamma_at(tpuc_lower_ctx *cx, int n_arg, int self_arg) {
   tv shifted = ir_binary(g, IR_POLYGAMMA, K((double)n), ADD(x, K(M)));
   tv r = ADD(shifted, MUL(K(n % 2 ? fact : -fact), sum));
   r = SEL(CMP(IR_LT, x, K(M)), r, ir_binary(g, IR_POLYGAMMA, K((double)n), x));
+  if (n <= REFLECT_MAX_N) r = SEL(CMP(IR_LT, x, K(1 - M)), polygamma_reflected(g, n, x), r);
   return ew_finish(cx, ir_convert(g, r, xd));
 }
 static tpuc_status *sp_polygamma(tpuc_lower_ctx *cx) { return polygamma_at(cx, 0, 1); }
