@@ -176,3 +176,54 @@ def test_sum_block_switch_off_gives_the_one_pass_sum() -> None:
     eps = torch.finfo(torch.float32).eps
     assert errs["0"] < 4_000_000 * eps  # the one-pass sum's worst-case bound
     assert errs["256"] * 16 < errs["0"], errs
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_long_dots_and_statistics_are_as_accurate_as_the_cpus(request, mode) -> None:
+    """More sums XLA's CPU compiler ran in one running sum: torch.dot/mv/addmv with a long
+    contraction (its dot emitter; torch.dot of 1e6 uniform values erred by 4e-4 relative,
+    the CPU's 6e-7: now blocks of TPUC_SUM_BLOCK as torch.sum), and the sums inside other
+    lowerings (lo_reduce: batch norm's per-channel statistics over (0, 2, 3) erred 27x the
+    CPU's in the normalized output, var over every element of an offset tensor 10x). Bound:
+    assert_as_accurate, the CPU's own error against float64."""
+    from tpu_testing import assert_as_accurate
+
+    before = torch.tpu.get_eager_mode()
+    request.addfinalizer(lambda: torch.tpu.set_eager_mode(before))
+    torch.tpu.set_eager_mode(mode)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.rand(1_000_003, generator=g), torch.rand(1_000_003, generator=g)
+    assert_as_accurate(torch.dot(a.to("tpu"), b.to("tpu")), torch.dot(a, b), torch.dot(a.double(), b.double()))
+    m, v = torch.rand(8, 100_000, generator=g), torch.rand(100_000, generator=g)
+    for fn in (lambda m, v: torch.mv(m, v), lambda m, v: torch.mv(m.T.contiguous().T, v),
+               lambda m, v: torch.addmv(torch.ones(8, dtype=m.dtype, device=m.device), m, v, alpha=0.5),
+               lambda m, v: v @ m.T):
+        assert_as_accurate(fn(m.to("tpu"), v.to("tpu")), fn(m, v), fn(m.double(), v.double()))
+    x = torch.rand(32, 4, 64, 64, generator=g) + 10  # offset: the mean's error shows in the output
+    bn = lambda t: torch.nn.functional.batch_norm(t, None, None, training=True)  # noqa: E731
+    assert_as_accurate(bn(x.to("tpu")), bn(x), bn(x.double()))
+    y = torch.rand(1_000_000, generator=g) + 1000
+    assert_as_accurate(y.to("tpu").var(), y.var(), y.double().var())
+
+
+def test_sum_block_switch_off_reaches_dot_and_the_statistics() -> None:
+    """TPUC_SUM_BLOCK=0 turns the blocked dot off too: a long torch.dot is then measurably
+    less accurate (so the switch reaches linalg.c). (The statistics' sums follow the same
+    switch through sum_as_dot; the difftest slice runs training with it off.)"""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, tpuc; g = torch.Generator().manual_seed(0);"
+            "a = torch.rand(1_000_000, generator=g); e = torch.dot(a.double(), a.double()).item();"
+            "print(abs(torch.dot(a.to('tpu'), a.to('tpu')).item() - e) / e)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    errs = {}
+    for block in ("0", "256"):
+        r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                           env=dict(os.environ, TPUC_SUM_BLOCK=block), timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        errs[block] = float(r.stdout.strip().splitlines()[-1])
+    eps = torch.finfo(torch.float32).eps
+    assert errs["0"] < 1_000_000 * eps
+    assert errs["256"] * 16 < errs["0"], errs

@@ -54,6 +54,40 @@ static tv mm_of(ir_graph *g, tv a, tv b) {
   return lo_matmul(g, a, b, 0, false, false);
 }
 
+/* dot and mv with a long contraction on XLA's CPU compiler: its dot emitter adds
+ * a vector product in one running sum (torch.dot of 1e6 uniform values erred by
+ * 4e-4 relative, the CPU's 2e-6), so K goes in blocks of ir_graph_sum_block
+ * (TPUC_SUM_BLOCK; zeros pad the last): one batched product per block, then
+ * the blocks' sums as lo_sum_dot adds them. a [M, K] (mv) or [K] (dot), b [K].
+ * IR_NONE where it does not apply (a short K, the switch off, other compilers). */
+static tv blocked_contraction(ir_graph *g, tv a, tv b, tpuc_dtype cd) {
+  ir_type ta = ir_type_of(g, a);
+  int64_t k = ta.dims[ta.ndim - 1], bs = ir_graph_sum_block(g);
+  if (!ir_graph_xla_cpu(g) || bs < 2 || k <= bs || (cd != TPUC_F32 && cd != TPUC_F64))
+    return IR_NONE;
+  int64_t groups = (k + bs - 1) / bs, pad = groups * bs - k;
+  tpuc_dtype da = ir_type_of(g, a).dtype;
+  int64_t lo[2] = {0, 0}, hi[2] = {0, pad}, in[2] = {0, 0};
+  if (pad) {
+    a = ir_pad(g, a, ir_splat(g, ir_scalar_type(da), 0.0), lo + 2 - ta.ndim, hi + 2 - ta.ndim, in);
+    b = ir_pad(g, b, ir_splat(g, ir_scalar_type(da), 0.0), lo + 1, hi + 1, in);
+  }
+  int64_t bdims[2] = {groups, bs}, adims[3] = {ta.dims[0], groups, bs};
+  b = ir_reshape(g, b, 2, bdims);
+  int64_t cb = 1, bb = 0, parts_dim0 = 0;
+  tv parts; /* [groups] (dot) or [groups, M] (mv) */
+  if (ta.ndim == 1) {
+    a = ir_reshape(g, a, 2, bdims);
+    parts = ir_dot_general(g, a, b, &bb, &bb, 1, &cb, &cb, 1, cd);
+  } else {
+    a = ir_reshape(g, a, 3, adims);
+    int64_t ba = 1, ca = 2;
+    parts = ir_dot_general(g, a, b, &ba, &bb, 1, &ca, &cb, 1, cd);
+  }
+  tv sum = lo_sum_dot(g, parts, &parts_dim0, 1);
+  return sum != IR_NONE ? sum : lo_sum(g, parts, &parts_dim0, 1, false);
+}
+
 /* The product of a and b, in lx_compute_dtype of b's dtype. */
 static tv product(ir_graph *g, prod_kind k, tv a, tv b) {
   tpuc_dtype d = lo_dtype(g, b);
@@ -70,14 +104,16 @@ static tv product(ir_graph *g, prod_kind k, tv a, tv b) {
     }
     case P_MV: {
       int64_t ca = 1, cb = 0;
-      return ir_dot_general(g, a, b, NULL, NULL, 0, &ca, &cb, 1, cd);
+      tv blocked = blocked_contraction(g, a, b, cd);
+      return blocked != IR_NONE ? blocked : ir_dot_general(g, a, b, NULL, NULL, 0, &ca, &cb, 1, cd);
     }
     case P_VDOT:
       a = conj_of(g, a);
       /* fall through */
     case P_DOT: {
       int64_t c = 0;
-      return ir_dot_general(g, a, b, NULL, NULL, 0, &c, &c, 1, cd);
+      tv blocked = blocked_contraction(g, a, b, cd);
+      return blocked != IR_NONE ? blocked : ir_dot_general(g, a, b, NULL, NULL, 0, &c, &c, 1, cd);
     }
   }
   return IR_NONE;
