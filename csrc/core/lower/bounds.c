@@ -57,7 +57,7 @@ static void check_range(tpuc_lower_ctx *cx, tv idx, int64_t lo_bound, int64_t si
   tv first = lo_reduce(g, ir_select(g, bad, pos_iota, ir_splat_i64(g, ft, n)), IR_RED_MIN, &d0, 1,
                        false);
   tv at_first = ir_compare(g, IR_EQ, pos_iota, lx_broadcast_to(g, first, 1, &n));
-  tv value = lo_sum(g, ir_select(g, at_first, flat, ir_splat_i64(g, ft, 0)), &d0, 1, false);
+  tv value = lo_pick_sum(g, ir_select(g, at_first, flat, ir_splat_i64(g, ft, 0)), &d0, 1, false);
   ir_type s = ir_make_type(TPUC_S64, 0, NULL);
   tv failed = ir_convert(g, ir_compare(g, IR_LT, first, ir_splat_i64(g, s, n)), TPUC_S64);
   lx_add_check(cx, failed, value, kind, dim, size, NULL);

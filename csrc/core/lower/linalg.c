@@ -229,7 +229,7 @@ static tv chol_info(ir_graph *g, tv f) {
   tv eye = ir_compare(g, IR_EQ, ir_iota(g, ir_with_dtype(t, TPUC_S64), t.ndim - 2),
                       ir_iota(g, ir_with_dtype(t, TPUC_S64), t.ndim - 1));
   int64_t last = t.ndim - 1;
-  tv diag = lo_sum(g, ir_select(g, eye, f, ir_splat(g, t, 0.0)), &last, 1, false);
+  tv diag = lo_pick_sum(g, ir_select(g, eye, f, ir_splat(g, t, 0.0)), &last, 1, false);
   ir_type dt = ir_type_of(g, diag);
   tv bad = ir_unary(g, IR_NOT, ir_compare(g, IR_GT, diag, ir_splat(g, dt, 0.0)));
   bad = ir_binary(g, IR_OR, bad, ir_unary(g, IR_NOT, ir_unary(g, IR_IS_FINITE, diag)));

@@ -139,7 +139,7 @@ static void schedule_next(int64_t *list, int64_t n) {
 static tv diag_of(ir_graph *g, tv s) {
   ir_type t = ir_type_of(g, s);
   int64_t ld = t.ndim - 1;
-  return lo_sum(g, ir_select(g, rc_cmp(g, t, IR_EQ), s, ir_splat(g, t, 0.0)), &ld, 1, false);
+  return lo_pick_sum(g, ir_select(g, rc_cmp(g, t, IR_EQ), s, ir_splat(g, t, 0.0)), &ld, 1, false);
 }
 
 /* One two-sided round on s and v ([..., n, n]): s <- J^T s J, v <- v J. */
@@ -154,7 +154,7 @@ static void jacobi_round(ir_graph *g, tv *s, tv *v, const int64_t *partner, cons
   ir_type it = ir_with_dtype(t, TPUC_S64);
   tv pcol = ir_broadcast_in_dim(g, rc.pidx, it, (int64_t[]){t.ndim - 2});
   tv at_partner = ir_compare(g, IR_EQ, ir_iota(g, it, last), pcol);
-  tv off = lo_sum(g, ir_select(g, at_partner, *s, ir_splat(g, t, 0.0)), &ld, 1, false);
+  tv off = lo_pick_sum(g, ir_select(g, at_partner, *s, ir_splat(g, t, 0.0)), &ld, 1, false);
   tv c, sv;
   rotation(g, rc, d, off, &c, &sv);
   tv s1 = ir_binary(g, IR_ADD, ir_binary(g, IR_MUL, spread(g, c, t, true), *s),

@@ -78,7 +78,7 @@ static tv pick_row(ir_graph *g, tv x, tv pick) {
   ir_type t = ir_type_of(g, x);
   tv z = ir_splat(g, t, 0.0);
   int64_t d = t.ndim - 2;
-  return lo_sum(g, lo_where(g, pick, x, z), &d, 1, true);
+  return lo_pick_sum(g, lo_where(g, pick, x, z), &d, 1, true);
 }
 
 typedef struct {
@@ -217,7 +217,7 @@ static tv perm_inverse(ir_graph *g, tv perm) {
   tv hit = lo_cmp(g, IR_EQ, lo_unsqueeze(g, perm, r), iota32(g, sq, r));
   tv i = iota32(g, sq, r - 1);
   int64_t d = r - 1;
-  return lo_sum(g, ir_select(g, hit, i, c32(g, sq, 0.0)), &d, 1, false);
+  return lo_pick_sum(g, ir_select(g, hit, i, c32(g, sq, 0.0)), &d, 1, false);
 }
 
 /* x [..., R, C] with rows (dim -2, or columns: dim -1) taken in order idx [..., R or C]. */
@@ -467,7 +467,7 @@ static tv diag_of(ir_graph *g, tv lu) {
   ir_type t = ir_type_of(g, lu);
   tv eye = ir_compare(g, IR_EQ, iota32(g, t, t.ndim - 2), iota32(g, t, t.ndim - 1));
   int64_t d = t.ndim - 1;
-  return lo_sum(g, ir_select(g, eye, lu, ir_splat(g, t, 0.0)), &d, 1, false);
+  return lo_pick_sum(g, ir_select(g, eye, lu, ir_splat(g, t, 0.0)), &d, 1, false);
 }
 
 /* (-1)^(number of row swaps), [...] of dtype d. */

@@ -49,18 +49,36 @@ static inline tv lo_init(ir_graph *g, tpuc_dtype d, ir_reducer r) {
  * run or both, as blocked products with ones (as torch.sum's): IR_NONE otherwise. */
 tv lo_sum_dot(ir_graph *g, tv x, const int64_t *dims, int n);
 
-/* Reduces `dims` of x; with keep, the reduced dims stay as size 1. Sums on XLA's
- * CPU compiler go through lo_sum_dot where it applies: its reduce loops add in one
- * running sum (a batch norm's per-channel mean over 5e5 values erred by 1e-6,
- * 30x the CPU's); GPU and TPU compilers reduce in trees. */
-static inline tv lo_reduce(ir_graph *g, tv x, ir_reducer r, const int64_t *dims, int n, bool keep) {
+/* Reduces `dims` of x; with keep, the reduced dims stay as size 1. `dot`: a sum over
+ * dims that include the first, on XLA's CPU compiler, goes through lo_sum_dot where it
+ * applies: XLA's reduce loops add such sums in one running sum (a batch norm's
+ * per-channel mean over 5e5 values erred by 1e-6, 30x the CPU's). Sums over trailing
+ * dims only stay XLA's: its loops are vectorised across the row there (softmax's error
+ * was the CPU's), and fused with what feeds them they are faster (log_softmax over
+ * 32000 classes took 2.2x as a product). GPU and TPU compilers reduce in trees. */
+static inline tv lo_reduce_as(ir_graph *g, tv x, ir_reducer r, const int64_t *dims, int n, bool keep,
+                              bool dot) {
   ir_type t = ir_type_of(g, x);
-  tv y = r == IR_RED_SUM && ir_graph_xla_cpu(g) ? lo_sum_dot(g, x, dims, n) : IR_NONE;
+  bool leading = false;
+  for (int i = 0; i < n; i++) leading = leading || dims[i] == 0;
+  dot = dot && leading && r == IR_RED_SUM && ir_graph_xla_cpu(g) && ir_graph_sum_block(g) >= 2;
+  tv y = dot ? lo_sum_dot(g, x, dims, n) : IR_NONE; /* TPUC_SUM_BLOCK=0: XLA's reduce */
   if (y == IR_NONE) y = ir_reduce(g, x, lo_init(g, t.dtype, r), r, dims, n);
   if (!keep) return y;
   for (int i = 0; i < n; i++)
     if (dims[i] >= 0 && dims[i] < t.ndim) t.dims[dims[i]] = 1;
   return ir_reshape(g, y, t.ndim, t.dims);
+}
+
+static inline tv lo_reduce(ir_graph *g, tv x, ir_reducer r, const int64_t *dims, int n, bool keep) {
+  return lo_reduce_as(g, x, r, dims, n, keep, true);
+}
+
+/* A sum whose terms are zero but (at most) one per result, such as a one-hot select:
+ * exact in any order, so XLA's reduce, which fuses with the select (a blocked product
+ * would first write the selected tensor out: nll_loss over 32000 classes took 2x). */
+static inline tv lo_pick_sum(ir_graph *g, tv x, const int64_t *dims, int n, bool keep) {
+  return lo_reduce_as(g, x, IR_RED_SUM, dims, n, keep, false);
 }
 
 static inline tv lo_sum(ir_graph *g, tv x, const int64_t *dims, int n, bool keep) {

@@ -193,7 +193,7 @@ static void nll_prepare(tpuc_lower_ctx *cx, int a, tpuc_dtype cd, bool check, nl
   if (!lx_is_none(cx, a + 2)) {
     tv wv = ir_convert(g, lx_tensor(cx, a + 2), cd);
     tv wf = p->cdim == 0 ? wv : nn_chan(g, wv, xt);
-    w = lo_sum(g, ir_select(g, p->onehot, wf, lx_splat_like(g, p->x, 0.0)), (int64_t[]){p->cdim}, 1,
+    w = lo_pick_sum(g, ir_select(g, p->onehot, wf, lx_splat_like(g, p->x, 0.0)), (int64_t[]){p->cdim}, 1,
                false);
   } else {
     w = ir_splat(g, ir_with_dtype(ir_type_of(g, t), cd), 1.0);
@@ -210,7 +210,7 @@ static tpuc_status *l_nll_loss(tpuc_lower_ctx *cx) {
   nll_parts p;
   nll_prepare(cx, 0, cd, true, &p);
   int64_t red = lx_int(cx, 3, RED_MEAN), cdim = p.cdim;
-  tv picked = lo_sum(g, ir_select(g, p.onehot, p.x, lx_splat_like(g, p.x, 0.0)), &cdim, 1, false);
+  tv picked = lo_pick_sum(g, ir_select(g, p.onehot, p.x, lx_splat_like(g, p.x, 0.0)), &cdim, 1, false);
   tv loss = ir_unary(g, IR_NEG, ir_binary(g, IR_MUL, picked, p.w));
   tv total = lo_reduce_loss(g, p.w, RED_SUM);
   tv out = loss;

@@ -36,7 +36,7 @@ static bool rows_of(tpuc_lower_ctx *cx, int self, int target, int margin, int we
   tv hot = ir_compare(g, IR_EQ, ir_iota(g, it, 1), ir_broadcast_in_dim(g, y, it, &b0));
   tv hotf = ir_convert(g, hot, xt.dtype);
   int64_t one = 1;
-  tv xy = lo_sum(g, ir_binary(g, IR_MUL, hotf, x), &one, 1, true); /* [N, 1] */
+  tv xy = lo_pick_sum(g, ir_binary(g, IR_MUL, hotf, x), &one, 1, true); /* [N, 1] */
   tv mg = lx_scalar(cx, margin, xt.dtype);
   if (mg == IR_NONE) mg = lo_const(g, xt.dtype, 1.0);
   tv z = ir_binary(g, IR_ADD, ir_binary(g, IR_SUB, lx_coerce(g, mg, t), lx_coerce(g, xy, t)), x);

@@ -148,7 +148,8 @@ static tv sum_as_dot(ir_graph *g, tv x, const int64_t *dims, int n) {
 
 /* A float sum over dims that are a run at the front, a run at the back, or
  * both: the trailing run first, then the leading one (a batch norm's
- * (0, 2, 3) of NCHW), each by sum_as_dot. IR_NONE for other dims or dtypes. */
+ * (0, 2, 3) of NCHW), each by sum_as_dot. IR_NONE for other dims or dtypes.
+ * With TPUC_SUM_BLOCK=0 only a single run (torch.sum's path before blocks). */
 tv lo_sum_dot(ir_graph *g, tv x, const int64_t *dims, int n) {
   ir_type t = ir_type_of(g, x);
   if (n <= 0 || n > t.ndim) return IR_NONE;
@@ -170,17 +171,22 @@ tv lo_sum_dot(ir_graph *g, tv x, const int64_t *dims, int n) {
   int lead = 0, trail = 0;
   while (lead < n && d[lead] == lead) lead++;
   while (trail < n - lead && d[n - 1 - trail] == t.ndim - 1 - trail) trail++;
-  if (lead == 0 || trail == 0 || lead + trail != n) return IR_NONE;
+  if (lead == 0 || trail == 0 || lead + trail != n || ir_graph_sum_block(g) < 2) return IR_NONE;
   tv y = sum_as_dot(g, x, d + lead, trail);
   if (y == IR_NONE) return IR_NONE;
   y = sum_as_dot(g, ir_reshape(g, y, t.ndim - trail, t.dims), d, lead);
   return y == IR_NONE ? IR_NONE : ir_reshape(g, y, nk, kept);
 }
 
-/* sum over dims: lo_sum_dot where it applies, else XLA's reduce */
+/* torch.sum's sum over dims: lo_sum_dot where it applies, else XLA's reduce */
 static tv sum_dims(ir_graph *g, tv x, const int64_t *dims, int n) {
   tv v = lo_sum_dot(g, x, dims, n);
   return v != IR_NONE ? v : reduce(g, x, IR_RED_SUM, dims, n);
+}
+
+/* The sums of var/std: as sum_dims; with TPUC_SUM_BLOCK=0 XLA's reduce, as before. */
+static tv moment_sum(ir_graph *g, tv x, const int64_t *dims, int n) {
+  return ir_graph_sum_block(g) >= 2 ? sum_dims(g, x, dims, n) : reduce(g, x, IR_RED_SUM, dims, n);
 }
 
 static tpuc_status *accumulate(tpuc_lower_ctx *cx, int dims_arg, ir_reducer r, bool mean) {
@@ -454,11 +460,11 @@ static tpuc_status *moments(tpuc_lower_ctx *cx, bool take_sqrt, bool with_mean) 
   int64_t dims[TPUC_MAX_DIMS];
   int n = dims_of(cx, 1, t.ndim, dims);
   tv count = ir_splat(g, ir_scalar_type(t.dtype), (double)count_of(&t, dims, n));
-  tv sum = sum_dims(g, x, dims, n);
+  tv sum = moment_sum(g, x, dims, n);
   tv mean = ir_binary(g, IR_DIV, sum, lx_broadcast_to(g, count, ir_type_of(g, sum).ndim,
                                                       ir_type_of(g, sum).dims));
   tv dev = ir_binary(g, IR_SUB, x, expand_back(g, mean, t, dims, n));
-  tv ss = sum_dims(g, ir_binary(g, IR_MUL, dev, dev), dims, n);
+  tv ss = moment_sum(g, ir_binary(g, IR_MUL, dev, dev), dims, n);
   tv corr = lx_is_none(cx, 2) ? ir_splat(g, ir_scalar_type(t.dtype), 1.0) : lx_scalar(cx, 2, t.dtype);
   tv denom = ir_binary(g, IR_MAX, ir_binary(g, IR_SUB, count, corr), ew_splat(g, count, 0.0));
   ir_type st = ir_type_of(g, ss);
