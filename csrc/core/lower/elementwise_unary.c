@@ -86,6 +86,37 @@ static tv u_silu(ir_graph *g, tv x) { return MUL(x, U(IR_LOGISTIC, x)); }
 #define UNARY(name, flags, op, fn) \
   tpuc_status *name(tpuc_lower_ctx *cx) { return ew_unary(cx, flags, op, fn); }
 #define PRIM(name, flags, op) UNARY(name, flags, op, NULL)
+/* sinh and cosh from exponentials of |x| that XLA may not rewrite (a barrier: without it the
+ * forms below came out at 8 ulps, as XLA's own sinh and cosh on 1 < |x| < 9 are; they round
+ * |x| - log 2 before the exponential, which magnifies that rounding by |x|: 24 ulps at
+ * |x| = 39, 5 ulps for sinh near 0; the CPU: under one).
+ *   |x| < 1:  cosh is XLA's (under an ulp); sinh = (m + m / (m + 1)) / 2, m = expm1(|x|).
+ *   |x| <= B: (e +- 1/e) / 2, e = exp(|x|).
+ *   |x| > B:  e^-|x| is below half an ulp of e^|x| (B = 9, float64 19), so e^|x| / 2 as
+ *             (h / 2) h, h = exp(|x| / 2): exact halves, no overflow before cosh's own. */
+static tv hyperbolic(ir_graph *g, tv x, bool is_sinh) {
+  tv ax = U(IR_ABS, x);
+  double big_from = ir_type_of(g, x).dtype == TPUC_F64 ? 19 : 9;
+  tv h = ir_barrier(g, U(IR_EXP, MUL(ax, K(0.5))));
+  tv big = MUL(MUL(h, K(0.5)), h);
+  tv e = ir_barrier(g, U(IR_EXP, ax));
+  tv half_e = MUL(e, K(0.5)), half_inv = DIV(K(0.5), e);
+  tv mid = is_sinh ? SUB(half_e, half_inv) : ADD(half_e, half_inv);
+  tv small;
+  if (is_sinh) {
+    tv m = ir_barrier(g, U(IR_EXPM1, ax));
+    small = MUL(ADD(m, DIV(m, ADD(m, K(1)))), K(0.5));
+  } else {
+    small = U(IR_COSH, x);
+  }
+  tv r = SEL(CMP(IR_GT, ax, K(big_from)), big, SEL(CMP(IR_LT, ax, K(1)), small, mid));
+  if (is_sinh) r = SEL(ew_signbit(g, x), ir_unary(g, IR_NEG, r), r);
+  /* NaN stays NaN (every comparison above is false for it: `mid`, from exp(NaN)) */
+  return r;
+}
+static tv u_cosh(ir_graph *g, tv x) { return hyperbolic(g, x, false); }
+static tv u_sinh(ir_graph *g, tv x) { return hyperbolic(g, x, true); }
+
 /* erf: XLA's erf stops up to 5 float32 ulps short of +-1 for |x| > ~2.5 (0.9999997 at 12,
  * where erf rounds to 1 from 3.92 on), so 1 + erf(x) left a residue where PyTorch's is 0
  * (special.ndtr and Normal.cdf are written that way: ndtr(-10) was 8.9e-8, not 7.6e-24).
@@ -120,8 +151,8 @@ PRIM(ew_tan, EW_FLOAT, IR_TAN)
 PRIM(ew_asin, EW_FLOAT, IR_ASIN)
 PRIM(ew_acos, EW_FLOAT, IR_ACOS)
 PRIM(ew_atan, EW_FLOAT, IR_ATAN)
-PRIM(ew_sinh, EW_FLOAT, IR_SINH)
-PRIM(ew_cosh, EW_FLOAT, IR_COSH)
+BUILT(ew_sinh, EW_FLOAT, u_sinh)
+BUILT(ew_cosh, EW_FLOAT, u_cosh)
 PRIM(ew_tanh, EW_FLOAT | EW_COMPLEX, IR_TANH)
 PRIM(ew_asinh, EW_FLOAT, IR_ASINH)
 PRIM(ew_acosh, EW_FLOAT, IR_ACOSH)
