@@ -155,17 +155,14 @@ def test_long_float32_sums_are_as_accurate_as_the_cpus(request, mode) -> None:
     assert_as_accurate(w.to("tpu").sum(1), w.sum(1), w.double().sum(1))
 
 
-def test_sum_block_switch_off_gives_the_one_pass_sum() -> None:
-    """TPUC_SUM_BLOCK=0 (the one-pass sum, as before): same values within the one-pass
-    error, and measurably less accurate than the default on a long sum (so the switch
-    reaches the lowering). Run in a subprocess: the runtime reads it at start."""
+def _relative_error_by_block(body: str) -> dict[str, float]:
+    """Runs `body` (after `import torch, tpuc` and a seeded generator g; it prints one relative
+    error) in a subprocess with TPUC_SUM_BLOCK=0 and =256 (the runtime reads it at start)."""
     import os
     import subprocess
     import sys
 
-    code = ("import torch, tpuc; g = torch.Generator().manual_seed(0);"
-            "x = torch.rand(4_000_000, generator=g); e = x.double().sum().item();"
-            "print(abs(x.to('tpu').sum().item() - e) / e)")
+    code = "import torch, tpuc; g = torch.Generator().manual_seed(0);" + body
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     errs = {}
     for block in ("0", "256"):
@@ -173,6 +170,15 @@ def test_sum_block_switch_off_gives_the_one_pass_sum() -> None:
                            env=dict(os.environ, TPUC_SUM_BLOCK=block), timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         errs[block] = float(r.stdout.strip().splitlines()[-1])
+    return errs
+
+
+def test_sum_block_switch_off_gives_the_one_pass_sum() -> None:
+    """TPUC_SUM_BLOCK=0 (the one-pass sum, as before): same values within the one-pass
+    error, and measurably less accurate than the default on a long sum (so the switch
+    reaches the lowering). Run in a subprocess: the runtime reads it at start."""
+    errs = _relative_error_by_block("x = torch.rand(4_000_000, generator=g); e = x.double().sum().item();"
+                                    "print(abs(x.to('tpu').sum().item() - e) / e)")
     eps = torch.finfo(torch.float32).eps
     assert errs["0"] < 4_000_000 * eps  # the one-pass sum's worst-case bound
     assert errs["256"] * 16 < errs["0"], errs
@@ -210,20 +216,9 @@ def test_sum_block_switch_off_reaches_dot_and_the_statistics() -> None:
     """TPUC_SUM_BLOCK=0 turns the blocked dot off too: a long torch.dot is then measurably
     less accurate (so the switch reaches linalg.c). (The statistics' sums follow the same
     switch through sum_as_dot; the difftest slice runs training with it off.)"""
-    import os
-    import subprocess
-    import sys
-
-    code = ("import torch, tpuc; g = torch.Generator().manual_seed(0);"
-            "a = torch.rand(1_000_000, generator=g); e = torch.dot(a.double(), a.double()).item();"
-            "print(abs(torch.dot(a.to('tpu'), a.to('tpu')).item() - e) / e)")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    errs = {}
-    for block in ("0", "256"):
-        r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                           env=dict(os.environ, TPUC_SUM_BLOCK=block), timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        errs[block] = float(r.stdout.strip().splitlines()[-1])
+    errs = _relative_error_by_block("a = torch.rand(1_000_000, generator=g);"
+                                    "e = torch.dot(a.double(), a.double()).item();"
+                                    "print(abs(torch.dot(a.to('tpu'), a.to('tpu')).item() - e) / e)")
     eps = torch.finfo(torch.float32).eps
     assert errs["0"] < 1_000_000 * eps
     assert errs["256"] * 16 < errs["0"], errs

@@ -527,7 +527,8 @@ tpuc_status *tpuc_synchronize(tpuc_runtime *rt, int device);
  * that work the host's monotonic clock is read (a plugin callback):
  * tpuc_marker_wait waits for that and gives the stamp in nanoseconds (and the
  * device error, if the work failed); tpuc_marker_done asks without waiting.
- * The difference of two stamps is the device time between the markers. */
+ * The difference of two stamps is the device time between the markers.
+ * Thread-safe; release every marker before tpuc_runtime_destroy. */
 typedef struct tpuc_marker tpuc_marker;
 tpuc_status *tpuc_marker_record(tpuc_runtime *rt, int device, tpuc_marker **out);
 bool tpuc_marker_done(tpuc_marker *m);
