@@ -82,6 +82,9 @@ def _register() -> None:
     quantized_mm.register()  # int8 weight-only quantized matmul on the device
     fake_quant.register()  # quantization-aware training's fake-quantize kernels on the device
     ctc.register()  # F.ctc_loss on the device (lengths as tensors: one program for any lengths)
+    from . import data_parallel
+
+    data_parallel.register()  # nn.DataParallel over tpu devices (torch.nn.parallel.comm)
     from .integrations import accelerate as _accelerate_shim
 
     _accelerate_shim.install()  # device_map="auto" and Accelerator().device find "tpu"
