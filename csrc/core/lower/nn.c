@@ -193,8 +193,8 @@ static void nll_prepare(tpuc_lower_ctx *cx, int a, tpuc_dtype cd, bool check, nl
   if (!lx_is_none(cx, a + 2)) {
     tv wv = ir_convert(g, lx_tensor(cx, a + 2), cd);
     tv wf = p->cdim == 0 ? wv : nn_chan(g, wv, xt);
-    w = lo_pick_sum(g, ir_select(g, p->onehot, wf, lx_splat_like(g, p->x, 0.0)), (int64_t[]){p->cdim}, 1,
-               false);
+    w = lo_pick_sum(g, ir_select(g, p->onehot, wf, lx_splat_like(g, p->x, 0.0)),
+                    (int64_t[]){p->cdim}, 1, false);
   } else {
     w = ir_splat(g, ir_with_dtype(ir_type_of(g, t), cd), 1.0);
   }
