@@ -24,8 +24,7 @@ namespace {
 
 struct TpuEvent {
   c10::DeviceIndex device;
-  bool timing;                    // torch.Event(enable_timing=True): a marker per record
-  tpuc_marker* marker = nullptr;  // the last record's (timing events only)
+  tpuc_marker* marker = nullptr;  // the last record's, for torch.Event(enable_timing=True)
   ~TpuEvent() { tpuc_marker_release(marker); }
 };
 
@@ -74,16 +73,15 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex index,
               const c10::EventFlag flag) const override {
     c10::DeviceIndex d = index >= 0 ? index : stream.device_index();
-    bool timing = flag == c10::EventFlag::BACKEND_DEFAULT;  // what enable_timing=True asks for
     tpuc_marker* marker = nullptr;
-    if (timing) check(tpuc_marker_record(runtime(), d, &marker), "recording a timing event");
+    if (flag == c10::EventFlag::BACKEND_DEFAULT)  // what enable_timing=True asks for
+      check(tpuc_marker_record(runtime(), d, &marker), "recording a timing event");
     auto* e = static_cast<TpuEvent*>(*event);
     if (!e) {
-      *event = new TpuEvent{d, timing, marker};
+      *event = new TpuEvent{d, marker};
       return;
     }
     e->device = d;
-    e->timing = timing;
     tpuc_marker_release(e->marker);
     e->marker = marker;
   }

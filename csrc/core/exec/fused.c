@@ -324,10 +324,8 @@ tpuc_status *fused_run_queued(tpuc_runtime *rt, int device, pending *pd, rec *re
 
 tpuc_status *tpuc_flush_capture(tpuc_runtime *rt, int device, tpuc_replay **out) {
   *out = NULL;
-  if (device < 0 || device >= rt->device_count)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
-                            "device index %d is out of range: %d device(s) available", device,
-                            rt->device_count);
+  tpuc_status *bad_device = tpuc_device_check(rt, device);
+  if (bad_device) return bad_device;
   tpuc_status *st = tpuc_ahead_drain(rt, device); /* what strict mode queued runs first */
   if (st || !rt->pending) return st;
   pending *pd = pending_of(rt, device);

@@ -187,10 +187,8 @@ tpuc_status *tpuc_op_check(tpuc_runtime *rt, const tpuc_op_call *c, uint64_t *si
 
 tpuc_status *tpuc_op_run(tpuc_runtime *rt, const tpuc_op_call *c, bool wait) {
   if (!c || !c->op) return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "tpuc_op_run: no op");
-  if (c->device < 0 || c->device >= rt->device_count)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
-                            "device index %d is out of range: %d device(s) available", c->device,
-                            rt->device_count);
+  tpuc_status *bad_device = tpuc_device_check(rt, c->device);
+  if (bad_device) return bad_device;
   /* (no output is allowed: torch._assert_async's effect is its run-time check) */
   if (c->noutputs < 0)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "%s: a negative output count",

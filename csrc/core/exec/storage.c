@@ -10,10 +10,8 @@
 
 tpuc_status *tpuc_storage_create(tpuc_runtime *rt, int device, size_t nbytes, tpuc_storage **out) {
   *out = NULL;
-  if (device < 0 || device >= rt->device_count)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
-                            "device index %d is out of range: %d device(s) available", device,
-                            rt->device_count);
+  tpuc_status *bad_device = tpuc_device_check(rt, device);
+  if (bad_device) return bad_device;
   /* malloc, not calloc (which skips glibc's thread cache); every field is
    * set here, and not as one memset, which the compiler would turn back
    * into calloc */

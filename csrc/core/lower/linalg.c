@@ -66,7 +66,7 @@ static tv blocked_contraction(ir_graph *g, tv a, tv b, tpuc_dtype cd) {
   if (!ir_graph_xla_cpu(g) || bs < 2 || k <= bs || (cd != TPUC_F32 && cd != TPUC_F64))
     return IR_NONE;
   int64_t groups = (k + bs - 1) / bs, pad = groups * bs - k;
-  tpuc_dtype da = ir_type_of(g, a).dtype;
+  tpuc_dtype da = ta.dtype;
   int64_t lo[2] = {0, 0}, hi[2] = {0, pad}, in[2] = {0, 0};
   if (pad) {
     a = ir_pad(g, a, ir_splat(g, ir_scalar_type(da), 0.0), lo + 2 - ta.ndim, hi + 2 - ta.ndim, in);

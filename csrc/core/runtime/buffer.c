@@ -55,10 +55,8 @@ tpuc_status *tpuc_event_wait(tpuc_runtime *rt, pj_event *ev, const char *what) {
 
 static tpuc_status *check_shape(const tpuc_runtime *rt, int device, tpuc_dtype dtype,
                                 const int64_t *dims, int ndim, int64_t *numel) {
-  if (device < 0 || device >= rt->device_count)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
-                            "device index %d is out of range: %d device(s) available", device,
-                            rt->device_count);
+  tpuc_status *bad_device = tpuc_device_check(rt, device);
+  if (bad_device) return bad_device;
   if ((unsigned)dtype >= TPUC_DTYPE_COUNT)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
   if (ndim < 0 || ndim > TPUC_MAX_DIMS)

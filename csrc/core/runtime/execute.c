@@ -37,10 +37,8 @@ tpuc_status *tpuc_execute_aliasing(tpuc_executable *e, int device, tpuc_buffer *
                                    tpuc_buffer **outs, bool wait) {
   tpuc_runtime *rt = e->rt;
   const tpuc_plugin *p = &rt->plugin;
-  if (device < 0 || device >= rt->device_count)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
-                            "device index %d is out of range: %d device(s) available", device,
-                            rt->device_count);
+  tpuc_status *bad_device = tpuc_device_check(rt, device);
+  if (bad_device) return bad_device;
   for (int i = 0; i < nargs; i++)
     if (!args[i] || args[i]->device != device)
       return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,

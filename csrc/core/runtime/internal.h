@@ -198,6 +198,15 @@ struct tpuc_runtime {
   char create_options[96]; /* the option names sent, comma-separated */
 };
 
+/* NULL when `device` names one of rt's devices, else the error every entry point
+ * gives for it (inline: tpuc_op_run and launches check it on every call). */
+static inline tpuc_status *tpuc_device_check(const tpuc_runtime *rt, int device) {
+  if (device >= 0 && device < rt->device_count) return NULL;
+  return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
+                          "device index %d is out of range: %d device(s) available", device,
+                          rt->device_count);
+}
+
 /* ---- events.c ---- */
 /* True when an observer is set (cheap: one atomic load). */
 static inline bool tpuc_events_on(tpuc_runtime *rt) { return atomic_load_explicit(&rt->hook, memory_order_relaxed) != NULL; }

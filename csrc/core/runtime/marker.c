@@ -69,10 +69,8 @@ static void on_complete(pj_error *err, void *arg) {
 
 tpuc_status *tpuc_marker_record(tpuc_runtime *rt, int device, tpuc_marker **out) {
   *out = NULL;
-  if (device < 0 || device >= rt->device_count)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
-                            "device index %d is out of range: %d device(s) available", device,
-                            rt->device_count);
+  tpuc_status *bad_device = tpuc_device_check(rt, device);
+  if (bad_device) return bad_device;
   tpuc_status *s = tpuc_flush(rt, device); /* recorded ops run before the marker */
   if (s) return s;
   const tpuc_plugin *p = &rt->plugin;

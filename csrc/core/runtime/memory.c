@@ -46,10 +46,8 @@ void tpuc_memory_limit_init(tpuc_runtime *rt) {
 }
 
 tpuc_status *tpuc_memory_set_limit(tpuc_runtime *rt, int device, int64_t bytes) {
-  if (device < 0 || device >= rt->device_count)
-    return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT,
-                            "device index %d is out of range: %d device(s) available", device,
-                            rt->device_count);
+  tpuc_status *bad_device = tpuc_device_check(rt, device);
+  if (bad_device) return bad_device;
   if (bytes < 0)
     return tpuc_status_make(TPUC_ERR_INVALID_ARGUMENT, "a memory limit of %lld bytes",
                             (long long)bytes);
